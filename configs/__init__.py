@@ -1,0 +1,1 @@
+"""Bundled YAML configs, read with ``load_config("default")`` and friends."""

@@ -1,0 +1,221 @@
+"""Anchors: reading them from summary text, merging them across turns, writing the compaction
+message (seed sections 4.4-4.6).
+
+Summary text carries one Markdown section per anchor, then the prose::
+
+    ## User Intent
+    ...
+    ## Execution Progress
+    ...
+    ## Key Decisions
+    ## Tried Solutions
+    ## Next Steps
+    ## Summary
+    free prose
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from .models import ANCHOR_TITLES, NOT_AVAILABLE, Anchor, AnchorType, Facts, ParsedSummary
+
+COMPACTION_MARKER = "[Context Compaction]"
+PROSE_TITLE = "Summary"
+MAX_ANCHOR_LINES = 40
+"""An anchor keeps at most this many lines across merges (the newest), so summaries stay bounded."""
+
+_ALIASES = {
+    "user intent": AnchorType.USER_INTENT,
+    "user_intent": AnchorType.USER_INTENT,
+    "intent": AnchorType.USER_INTENT,
+    "execution progress": AnchorType.EXECUTION_PROGRESS,
+    "execution_progress": AnchorType.EXECUTION_PROGRESS,
+    "progress": AnchorType.EXECUTION_PROGRESS,
+    "key decisions": AnchorType.KEY_DECISION,
+    "key decision": AnchorType.KEY_DECISION,
+    "key_decision": AnchorType.KEY_DECISION,
+    "decisions": AnchorType.KEY_DECISION,
+    "tried solutions": AnchorType.TRIED_SOLUTION,
+    "tried solution": AnchorType.TRIED_SOLUTION,
+    "tried_solution": AnchorType.TRIED_SOLUTION,
+    "next steps": AnchorType.NEXT_STEP,
+    "next step": AnchorType.NEXT_STEP,
+    "next_step": AnchorType.NEXT_STEP,
+}
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(.+?)\s*#*\s*$|^\s*\*\*(.+?)\*\*:?\s*$")
+
+
+def empty_anchors() -> tuple[Anchor, ...]:
+    return tuple(Anchor(t) for t in AnchorType)
+
+
+def parse_markdown(text: str) -> ParsedSummary:
+    """Read anchors from ``## Title`` sections; text outside them is the prose.
+
+    All five anchors always come back, in AnchorType order; the missing ones are ``N/A`` and
+    listed in ``missing``.
+    """
+    sections: dict[AnchorType, list[str]] = {}
+    prose: list[str] = []
+    current: list[str] | None = prose
+    for line in text.splitlines():
+        m = _HEADING.match(line)
+        if m:
+            title = (m.group(1) or m.group(2) or "").strip().rstrip(":").lower()
+            anchor = _ALIASES.get(title)
+            if anchor is not None:
+                current = sections.setdefault(anchor, [])
+                continue
+            if title in ("summary", "prose", "context", "context compaction"):
+                current = prose
+                continue
+        if line.strip() == COMPACTION_MARKER:
+            continue
+        current.append(line)  # type: ignore[union-attr]
+    anchors = []
+    missing = []
+    for t in AnchorType:
+        content = "\n".join(sections.get(t, [])).strip()
+        if not content:
+            missing.append(t)
+            content = NOT_AVAILABLE
+        anchors.append(Anchor(t, content))
+    return ParsedSummary(tuple(anchors), "\n".join(prose).strip(), tuple(missing))
+
+
+def complete(anchors: Iterable[Anchor]) -> tuple[Anchor, ...]:
+    """All five anchors in order; absent ones ``N/A`` (seed section 4.4)."""
+    by_type = {a.type: a for a in anchors}
+    return tuple(by_type.get(t, Anchor(t)) for t in AnchorType)
+
+
+def _lines(content: str) -> list[str]:
+    return [line.rstrip() for line in content.strip().splitlines() if line.strip()]
+
+
+def _norm(line: str) -> str:
+    return re.sub(r"^[-*•\d.)\s]+", "", line).strip().lower()
+
+
+def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor, ...]:
+    """Union of old and new (seed section 4.5): nothing old is lost to an ``N/A``.
+
+    Per anchor: an ``N/A`` side gives way to the other; otherwise the lines of both are kept, old
+    first, without repeats, bounded to the newest :data:`MAX_ANCHOR_LINES`. The user's intent keeps
+    its oldest lines instead (the original request matters most), and the next step is the newest
+    one alone: a stale next step is worse than none.
+    """
+    old_by, new_by = {a.type: a for a in complete(old)}, {a.type: a for a in complete(new)}
+    merged = []
+    for t in AnchorType:
+        a, b = old_by[t], new_by[t]
+        if b.is_empty:
+            merged.append(a)
+            continue
+        if a.is_empty or t is AnchorType.NEXT_STEP:
+            merged.append(b)
+            continue
+        lines = _lines(a.content)
+        seen = {_norm(x) for x in lines}
+        for line in _lines(b.content):
+            if _norm(line) not in seen:
+                seen.add(_norm(line))
+                lines.append(line)
+        if len(lines) > MAX_ANCHOR_LINES:
+            lines = lines[:MAX_ANCHOR_LINES] if t is AnchorType.USER_INTENT else lines[-MAX_ANCHOR_LINES:]
+        merged.append(Anchor(t, "\n".join(lines)))
+    return tuple(merged)
+
+
+def facts_as_anchors(facts: Facts) -> tuple[Anchor, ...]:
+    """The anchors the core can vouch for by itself, from deterministic facts."""
+    progress = []
+    if facts.files_created:
+        progress.append("- Files created: " + ", ".join(facts.files_created))
+    if facts.files_edited:
+        progress.append("- Files edited: " + ", ".join(facts.files_edited))
+    if facts.files_read:
+        progress.append("- Files read: " + ", ".join(facts.files_read))
+    tried = [f"- Failed: {c}" for c in facts.failed_commands]
+    decisions = [f"- {d}" for d in facts.decisions]
+    return complete(
+        [
+            Anchor(AnchorType.USER_INTENT, facts.user_request or NOT_AVAILABLE),
+            Anchor(AnchorType.EXECUTION_PROGRESS, "\n".join(progress) or NOT_AVAILABLE),
+            Anchor(AnchorType.KEY_DECISION, "\n".join(decisions) or NOT_AVAILABLE),
+            Anchor(AnchorType.TRIED_SOLUTION, "\n".join(tried) or NOT_AVAILABLE),
+            Anchor(AnchorType.NEXT_STEP, facts.next_step or NOT_AVAILABLE),
+        ]
+    )
+
+
+def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
+    """Add to ``anchors`` whatever deterministic fact they lack (DESIGN.md: facts that do not
+    depend on the summarizer). A fact counts as present when its text already appears."""
+    result = {a.type: a for a in complete(anchors)}
+    everything = "\n".join(a.content for a in result.values())
+    for fact_anchor in facts_as_anchors(facts):
+        if fact_anchor.is_empty:
+            continue
+        current = result[fact_anchor.type]
+        if fact_anchor.type is AnchorType.USER_INTENT:
+            if facts.user_request and facts.user_request not in current.content:
+                body = facts.user_request if current.is_empty else f"{facts.user_request}\n{current.content}"
+                result[fact_anchor.type] = Anchor(fact_anchor.type, body)
+            continue
+        if fact_anchor.type is AnchorType.NEXT_STEP:
+            if current.is_empty:
+                result[fact_anchor.type] = fact_anchor
+            continue
+        missing = [line for line in _lines(fact_anchor.content) if not _covered(line, everything)]
+        if missing:
+            body = "\n".join(missing) if current.is_empty else current.content + "\n" + "\n".join(missing)
+            result[fact_anchor.type] = Anchor(fact_anchor.type, body)
+    return complete(result.values())
+
+
+def _covered(line: str, text: str) -> bool:
+    """Whether every file path or command of a fact line already appears in ``text``."""
+    payload = _norm(line).split(":", 1)[-1]
+    items = [x.strip() for x in payload.split(", ")] if "files" in _norm(line)[:14] else [payload.strip()]
+    lowered = text.lower()
+    return all(item and item in lowered for item in items)
+
+
+def format_summary(anchors: Sequence[Anchor], prose: str) -> str:
+    """Summary text in the format :func:`parse_markdown` reads."""
+    parts = []
+    for a in complete(anchors):
+        parts.append(f"## {ANCHOR_TITLES[a.type]}\n{a.content.strip() or NOT_AVAILABLE}")
+    parts.append(f"## {PROSE_TITLE}\n{prose.strip() or NOT_AVAILABLE}")
+    return "\n\n".join(parts)
+
+
+def compaction_message_text(
+    anchors: Sequence[Anchor],
+    prose: str,
+    *,
+    covered: int,
+    handles: Sequence[str] = (),
+    todo: Sequence[str] = (),
+) -> str:
+    """The ``[Context Compaction]`` message that stands for everything the summary covers."""
+    lines = [
+        COMPACTION_MARKER,
+        f"The first {covered} messages of this conversation were compacted into this summary. "
+        "Continue the task from here; do not repeat completed work.",
+        "",
+        format_summary(anchors, prose),
+    ]
+    if handles:
+        lines += [
+            "",
+            "## Offloaded Tool Results",
+            "Full text of earlier tool results, readable with the read_tool_result tool:",
+            *[f"- {h}" for h in handles],
+        ]
+    if todo:
+        lines += ["", "## Todo", *todo]
+    return "\n".join(lines)

@@ -1,0 +1,214 @@
+"""Facts the core extracts by itself, deterministically, whatever the summarizer writes.
+
+DESIGN.md: the user's original request, the files the agent created, edited or read, the
+commands that failed with their error line, stated decisions and the last stated next step. The
+same functions serve the offline summarizer, the anchors' safety net and the retention probes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any, Iterable, Sequence
+
+from .messages import text_of
+from .models import Facts, Message
+
+MAX_ITEMS = 30
+_NOT_A_REQUEST = re.compile(
+    r"^\s*(<system-reminder>|<command-name>|<command-message>|<local-command|<task-notification>|"
+    r"Caveat: The messages below)",
+)
+_FILE_TOKEN = re.compile(r"^(?:[\w.@~+-]*/)*[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,10}$|^(?:[\w.@~+-]+/)+[\w.@+-]+$")
+_PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")
+_READ_TOOLS = re.compile(r"read|view|open|cat|show", re.I)
+_WRITE_TOOLS = re.compile(r"write|create|new", re.I)
+_EDIT_TOOLS = re.compile(r"edit|replace|patch|insert|update|modify", re.I)
+_SKIP_TOOLS = re.compile(r"grep|glob|search|find|list|ls", re.I)
+_FAILURE = re.compile(
+    r"<returncode>\s*[1-9]\d*\s*</returncode>|\bExit code:? [1-9]\d*|\bexit status [1-9]|"
+    r"command not found|Traceback \(most recent call last\)|<tool_use_error>|"
+    r"^(?:Error|ERROR|error|fatal|FAILED)\b[:\s]|No such file or directory",
+    re.M,
+)
+_ERROR_LINE = re.compile(
+    r"(Error|Exception|error:|FAILED|failed|fatal|not found|No such file|denied|Traceback)", re.I
+)
+_DECISION = re.compile(
+    r"\b(I(?:'ll| will) use|decided|decision|instead of|the fix is|the (?:root )?cause is|"
+    r"the (?:issue|problem|bug) is|I(?:'ll| will) (?:implement|change|modify|switch|go with)|"
+    r"approach|chose|better to)\b",
+    re.I,
+)
+_NEXT = re.compile(
+    r"\b(next,? I|next step|now I(?:'ll| will| need| should)|let me|I(?:'ll| will| need to| should)|"
+    r"then I|TODO|remaining)\b",
+    re.I,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def bound_text(text: str, limit: int) -> str:
+    """``text`` when it fits in ``limit`` characters, else its head and tail with a marker."""
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = max(limit - head - 60, 0)
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail:] if tail else ''}"
+
+
+def first_user_request(messages: Iterable[Message], limit: int) -> str | None:
+    """The first user message that is a request (not a reminder or a slash-command echo)."""
+    for m in messages:
+        if m.role == "user":
+            text = text_of(m).strip()
+            if text and not _NOT_A_REQUEST.match(text):
+                return bound_text(text, limit)
+    return None
+
+
+def _arguments(call_arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(call_arguments) if call_arguments else {}
+    except (json.JSONDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _command_of(args: dict[str, Any]) -> str | None:
+    for key in ("command", "cmd", "script", "action"):
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def _clean_path(token: str) -> str | None:
+    token = token.strip().strip("'\"`,;()")
+    if not token or token.startswith("-") or token.startswith("/dev/") or token in ("&1", "&2"):
+        return None
+    return token if _FILE_TOKEN.match(token) else None
+
+
+_CREATE_PATTERNS = (
+    re.compile(r"\bcat\s*(?:<<-?\s*['\"]?\w+['\"]?\s*)?>\s*([^\s;&|>]+)"),
+    re.compile(r"\btouch\s+([^\s;&|]+)"),
+)
+_EDIT_PATTERNS = (
+    re.compile(r"\bsed\s+-i\S*\s+(?:-e\s+)?(?:'[^']*'|\"[^\"]*\"|\S+)\s+([^\s;&|]+)"),
+    re.compile(r"(?<![0-9&])>>?\s*([^\s;&|>]+)"),
+    re.compile(r"\btee\s+(?:-a\s+)?([^\s;&|]+)"),
+    re.compile(r"open\(\s*['\"]([^'\"]+)['\"]\s*,\s*['\"][wa]"),
+    re.compile(r"\bpatch\s+(?:-p\d\s+)?([^\s;&|<]+)"),
+)
+_READ_COMMANDS = {"cat", "head", "tail", "less", "more", "nl", "view", "open", "bat"}
+
+
+def _files_in_command(command: str) -> tuple[list[str], list[str], list[str]]:
+    created, edited, read = [], [], []
+    for pattern in _CREATE_PATTERNS:
+        created += [p for p in (_clean_path(t) for t in pattern.findall(command)) if p]
+    for pattern in _EDIT_PATTERNS:
+        edited += [p for p in (_clean_path(t) for t in pattern.findall(command)) if p and p not in created]
+    for segment in re.split(r"&&|\|\||;|\||\n", command):
+        try:
+            words = shlex.split(segment, posix=True)
+        except ValueError:
+            words = segment.split()
+        if not words:
+            continue
+        if words[0] in _READ_COMMANDS or (words[0] == "sed" and "-n" in words):
+            read += [p for p in (_clean_path(w) for w in words[1:]) if p]
+    return created, edited, read
+
+
+def _add(target: list[str], items: Iterable[str]) -> None:
+    for item in items:
+        if item not in target:
+            target.append(item)
+
+
+def error_line(text: str) -> str:
+    """The line of a failed tool result that best says what went wrong."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not re.fullmatch(r"</?\w+>|<returncode>.*</returncode>", line)]
+    for line in reversed(lines):
+        if _ERROR_LINE.search(line):
+            return line[:240]
+    return lines[-1][:240] if lines else ""
+
+
+def is_failure(text: str) -> bool:
+    return bool(_FAILURE.search(text))
+
+
+def describe_call(name: str, arguments: str) -> str:
+    args = _arguments(arguments)
+    command = _command_of(args)
+    if command is not None:
+        first = command.strip().splitlines()[0]
+        return first[:200] + (" ..." if len(first) > 200 or "\n" in command.strip() else "")
+    return f"{name}({arguments[:150]})"
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if len(s.strip()) > 12]
+
+
+def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> Facts:
+    """Every fact of DESIGN.md's list found in ``messages``, in order of appearance."""
+    created: list[str] = []
+    edited: list[str] = []
+    read: list[str] = []
+    failed: list[str] = []
+    decisions: list[str] = []
+    tools: list[str] = []
+    calls: dict[str, tuple[str, str]] = {}
+    next_step: str | None = None
+    for m in messages:
+        if m.role == "assistant":
+            for call in m.tool_calls:
+                calls[call.id] = (call.name, call.arguments)
+                _add(tools, [call.name])
+                args = _arguments(call.arguments)
+                command = _command_of(args)
+                sub = str(args.get("command", "")) if command else ""
+                path = next((args[k] for k in _PATH_KEYS if isinstance(args.get(k), str)), None)
+                if path and not _SKIP_TOOLS.fullmatch(call.name or ""):
+                    kind = f"{call.name} {sub}"
+                    if _WRITE_TOOLS.search(kind) and "view" not in sub:
+                        _add(created, [path])
+                    elif _EDIT_TOOLS.search(kind):
+                        _add(edited, [path])
+                    elif _READ_TOOLS.search(kind):
+                        _add(read, [path])
+                if command is not None:
+                    c, e, r = _files_in_command(command)
+                    _add(created, c)
+                    _add(edited, [p for p in e if p not in created])
+                    _add(read, r)
+            text = text_of(m)
+            if text:
+                sentences = _sentences(text)
+                _add(decisions, [s[:240] for s in sentences if _DECISION.search(s)])
+                stated = [s for s in sentences if _NEXT.search(s)]
+                if stated:
+                    next_step = stated[-1][:300]
+        elif m.role == "tool":
+            text = text_of(m)
+            if text and is_failure(text):
+                name, arguments = calls.get(m.tool_call_id or "", (m.name or "tool", ""))
+                _add(failed, [f"`{describe_call(name, arguments)}` -> {error_line(text)}"])
+    read = [p for p in read if p not in created and p not in edited]
+    return Facts(
+        user_request=first_user_request(messages, intent_limit),
+        files_created=tuple(created[-MAX_ITEMS:]),
+        files_edited=tuple(edited[-MAX_ITEMS:]),
+        files_read=tuple(read[-MAX_ITEMS:]),
+        failed_commands=tuple(failed[-MAX_ITEMS // 2 :]),
+        decisions=tuple(decisions[-8:]),
+        next_step=next_step,
+        tools_used=tuple(tools),
+    )

@@ -1,0 +1,362 @@
+"""OpenAI chat messages: reading, writing, checking and repairing them.
+
+A history is ``[system?, m1, ..., mN]`` of dicts in the OpenAI chat shape. Unknown keys are kept
+and given back untouched; a message whose role, content and tool calls are unchanged is given back
+as the very dict it was read from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+
+from .errors import InvalidMessagesError
+from .models import Message, ToolCall
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_KNOWN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+_TOOL_CALL_KEYS = frozenset({"id", "type", "function"})
+MISSING_RESULT = "[no result: this tool call was not answered]"
+
+
+def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Message:
+    """Read one chat message; raise :class:`InvalidMessagesError` naming what is wrong."""
+    if not isinstance(data, Mapping):
+        raise InvalidMessagesError(
+            f"message {index}: expected an object with a 'role', got {type(data).__name__}", index, data
+        )
+    role = data.get("role")
+    if role not in ROLES:
+        raise InvalidMessagesError(
+            f"message {index}: role {role!r} is not one of {', '.join(sorted(ROLES))}", index, data
+        )
+    content = data.get("content")
+    if isinstance(content, list):
+        content = tuple(content)
+    elif content is not None and not isinstance(content, str):
+        raise InvalidMessagesError(
+            f"message {index}: content must be a string, null or a list of parts, "
+            f"got {type(content).__name__}",
+            index,
+            data,
+        )
+    tool_calls = ()
+    raw_calls = data.get("tool_calls")
+    if raw_calls:
+        if not isinstance(raw_calls, list):
+            raise InvalidMessagesError(f"message {index}: tool_calls must be a list", index, data)
+        tool_calls = tuple(_tool_call_from_dict(c, index) for c in raw_calls)
+    tool_call_id = data.get("tool_call_id")
+    if role == "tool" and not isinstance(tool_call_id, str):
+        raise InvalidMessagesError(f"message {index}: a tool message needs a tool_call_id", index, data)
+    extra = {k: v for k, v in data.items() if k not in _KNOWN_KEYS} if len(data) > 2 else {}
+    return Message(
+        role=role,
+        content=content,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        name=data.get("name"),
+        extra=extra,
+        raw=data,
+    )
+
+
+def _tool_call_from_dict(data: Any, index: int | None) -> ToolCall:
+    function = data.get("function") if isinstance(data, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(data.get("id"), str):
+        raise InvalidMessagesError(
+            f"message {index}: each tool call needs an 'id' and a 'function' object", index, data
+        )
+    arguments = function.get("arguments", "")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    extra = {k: v for k, v in data.items() if k not in _TOOL_CALL_KEYS}
+    fn_extra = {k: v for k, v in function.items() if k not in ("name", "arguments")}
+    if fn_extra:
+        extra["function"] = fn_extra
+    return ToolCall(
+        id=data["id"],
+        name=str(function.get("name", "")),
+        arguments=arguments,
+        type=data.get("type", "function"),
+        extra=extra,
+    )
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    """Write one message as a chat dict; the original dict when nothing that matters changed."""
+    raw = message.raw
+    if raw is not None and _raw_matches(message, raw):
+        return raw  # type: ignore[return-value]
+    data: dict[str, Any] = {"role": message.role}
+    data["content"] = list(message.content) if isinstance(message.content, tuple) else message.content
+    if message.tool_calls:
+        data["tool_calls"] = [_tool_call_to_dict(c) for c in message.tool_calls]
+    if message.tool_call_id is not None:
+        data["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        data["name"] = message.name
+    for key, value in message.extra.items():
+        data.setdefault(key, value)
+    return data
+
+
+def _raw_matches(message: Message, raw: Mapping[str, Any]) -> bool:
+    content = raw.get("content")
+    if content is not message.content and not (
+        isinstance(content, list) and tuple(content) == message.content
+    ):
+        return False
+    return (
+        raw.get("role") == message.role
+        and raw.get("tool_call_id") == message.tool_call_id
+        and len(raw.get("tool_calls") or ()) == len(message.tool_calls)
+    )
+
+
+def _tool_call_to_dict(call: ToolCall) -> dict[str, Any]:
+    extra = dict(call.extra)
+    function = {"name": call.name, "arguments": call.arguments, **extra.pop("function", {})}
+    return {"id": call.id, "type": call.type, "function": function, **extra}
+
+
+def messages_from_dicts(items: Iterable[Mapping[str, Any]]) -> list[Message]:
+    return [message_from_dict(item, i) for i, item in enumerate(items)]
+
+
+def replace_content(message: Message, content: str) -> Message:
+    """A copy of ``message`` with new content, no longer tied to its original dict."""
+    return attrs.evolve(message, content=content, raw=None)
+
+
+def text_of(message: Message) -> str:
+    """The message's text: the content string, or its text parts joined by newlines."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    if not content:
+        return ""
+    parts = []
+    for part in content:
+        if isinstance(part, Mapping):
+            text = part.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+            elif part.get("type") in ("image_url", "image", "input_image"):
+                parts.append("[image]")
+    return "\n".join(parts)
+
+
+IMAGE_CHARS = 3000
+"""An image part counts as this many characters (about 750 tokens at four characters a token)."""
+
+
+def char_count(message: Message) -> int:
+    """Characters the seed's estimate counts: content plus tool-call names and arguments."""
+    content = message.content
+    if isinstance(content, str):
+        n = len(content)
+    elif content:
+        n = 0
+        for part in content:
+            text = part.get("text") if isinstance(part, Mapping) else None
+            n += len(text) if isinstance(text, str) else IMAGE_CHARS
+    else:
+        n = 0
+    for call in message.tool_calls:
+        n += len(call.name) + len(call.arguments)
+    return n
+
+
+def fingerprint(message: Message) -> str:
+    """A short stable hash of what a message says, to recognise it across processes."""
+    h = hashlib.blake2b(digest_size=12)
+    h.update(message.role.encode())
+    h.update(b"\0")
+    h.update(text_of(message).encode("utf-8", "surrogatepass"))
+    for call in message.tool_calls:
+        h.update(b"\0" + call.id.encode() + b"\0" + call.arguments.encode("utf-8", "surrogatepass"))
+    if message.tool_call_id:
+        h.update(b"\0" + message.tool_call_id.encode())
+    return h.hexdigest()
+
+
+# --- structure --------------------------------------------------------------------------------
+
+
+def view_problems(messages: Sequence[Message]) -> list[str]:
+    """Why a message list would be rejected by the OpenAI chat API; empty when it is valid.
+
+    Valid means: a system message only first; every tool message answers a tool call of the
+    assistant message before the run of tool messages it belongs to; every tool call is answered
+    before the next non-tool message; no tool call id answered twice.
+    """
+    problems = []
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        if m.role == "system" and i != 0:
+            problems.append(f"message {i}: system message not first")
+        if m.role == "tool":
+            if m.tool_call_id not in pending:
+                problems.append(f"message {i}: tool result {m.tool_call_id!r} answers no open call")
+            pending.discard(m.tool_call_id)  # type: ignore[arg-type]
+            continue
+        if pending:
+            problems.append(f"message {i}: tool calls {sorted(pending)} have no result")
+            pending = set()
+        if m.role == "assistant" and m.tool_calls:
+            pending = {c.id for c in m.tool_calls}
+    if pending:
+        problems.append(f"end: tool calls {sorted(pending)} have no result")
+    return problems
+
+
+def _late_result(m: Message) -> Message:
+    return Message(
+        role="user",
+        content=f"[Tool result for call {m.tool_call_id}, which arrived apart from its call]\n{text_of(m)}",
+    )
+
+
+def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
+    """Make a message list structurally valid, as the seed's ``repairOrphanedToolPairs``.
+
+    The rule is local, so repairing a history piece by piece gives what repairing it whole gives:
+    an assistant message's tool calls are answered by the run of tool messages right after it; a
+    call with no result there gets a short synthetic result saying so; a tool message that answers
+    no call of its run (or answers one twice) becomes a user message that keeps its text, so no
+    result is lost; a system message that is not first becomes a user message. Returns the
+    repaired list and how many repairs were made (0, and an equal list, when it was valid).
+    """
+    out: list[Message] = []
+    repairs = 0
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        i += 1
+        if m.role == "tool":
+            out.append(_late_result(m))
+            repairs += 1
+            continue
+        if m.role == "system" and i > 1:
+            m = attrs.evolve(m, role="user", raw=None)
+            repairs += 1
+        out.append(m)
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        ids = {c.id for c in m.tool_calls}
+        answered: set[str] = set()
+        stray: list[Message] = []
+        while i < n and messages[i].role == "tool":
+            result = messages[i]
+            i += 1
+            if result.tool_call_id in ids and result.tool_call_id not in answered:
+                answered.add(result.tool_call_id)  # type: ignore[arg-type]
+                out.append(result)
+            else:
+                stray.append(_late_result(result))
+        for call in m.tool_calls:
+            if call.id not in answered:
+                answered.add(call.id)
+                out.append(Message(role="tool", content=MISSING_RESULT, tool_call_id=call.id))
+                repairs += 1
+        out.extend(stray)
+        repairs += len(stray)
+    return out, repairs
+
+
+def is_split_point(messages: Sequence[Message], index: int) -> bool:
+    """True when cutting before ``messages[index]`` separates no tool call from its results."""
+    return index >= len(messages) or messages[index].role != "tool"
+
+
+def group_start(messages: Sequence[Message], index: int) -> int:
+    """The nearest split point at or before ``index``."""
+    while index > 0 and not is_split_point(messages, index):
+        index -= 1
+    return index
+
+
+# --- Anthropic Messages format ----------------------------------------------------------------
+
+
+def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Convert OpenAI chat dicts to Anthropic's ``(system, messages)``.
+
+    Tool calls become ``tool_use`` blocks, tool results ``tool_result`` blocks in a user message;
+    consecutive messages of the same role are merged, as the Messages API requires alternation.
+    """
+    system: str | None = None
+    out: list[dict[str, Any]] = []
+    for i, data in enumerate(messages):
+        m = message_from_dict(data, i)
+        if m.role in ("system", "developer"):
+            text = text_of(m)
+            system = text if system is None else system + "\n\n" + text
+            continue
+        if m.role == "tool":
+            role, blocks = "user", [
+                {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": text_of(m)}
+            ]
+        else:
+            role = "assistant" if m.role == "assistant" else "user"
+            blocks = []
+            text = text_of(m)
+            if text:
+                blocks.append({"type": "text", "text": text})
+            for call in m.tool_calls:
+                try:
+                    arguments = json.loads(call.arguments) if call.arguments else {}
+                except json.JSONDecodeError:
+                    arguments = {"_raw_arguments": call.arguments}
+                blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return system, out
+
+
+def from_anthropic(messages: Sequence[Mapping[str, Any]], system: str | None = None) -> list[dict[str, Any]]:
+    """Convert Anthropic Messages (``tool_use`` / ``tool_result`` blocks) to OpenAI chat dicts."""
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        content = m.get("content")
+        if role not in ("user", "assistant"):
+            raise InvalidMessagesError(f"message {i}: Anthropic role must be user or assistant", i, m)
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for block in content or ():
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(block.get("text", ""))
+            elif kind == "tool_use":
+                calls.append(
+                    {
+                        "id": block["id"],
+                        "type": "function",
+                        "function": {"name": block["name"], "arguments": json.dumps(block.get("input", {}))},
+                    }
+                )
+            elif kind == "tool_result":
+                result = block.get("content")
+                if isinstance(result, list):
+                    result = "\n".join(b.get("text", "[image]") for b in result if isinstance(b, Mapping))
+                out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result or ""})
+        if texts or calls:
+            message: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
+            if calls:
+                message["tool_calls"] = calls
+            out.append(message)
+    return out

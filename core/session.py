@@ -1,0 +1,74 @@
+"""The non-destructive engine of seed section 8: a full history, and a compacted view per turn.
+
+```python
+session = Session(ProgressiveCompactor("default"), "ticket-42")
+session.append({"role": "user", "content": "Fix the flaky test"})
+view = session.view()            # send this to the LLM
+session.append(reply)            # the history keeps everything; the view is derived
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from .compactor import ProgressiveCompactor
+from .messages import message_from_dict
+from .models import CompactionRecord
+
+
+class _SessionBase:
+    def __init__(self, compactor: ProgressiveCompactor, session_id: str | None = None):
+        self.compactor = compactor
+        self.session_id = session_id or compactor.session_id
+        self.history: list[dict[str, Any]] = []
+        self.records: list[CompactionRecord] = []
+
+    def append(self, *messages: Mapping[str, Any]) -> None:
+        """Add messages to the history; each is checked, none is ever changed afterwards."""
+        for m in messages:
+            message_from_dict(m, len(self.history))
+            self.history.append(dict(m))
+
+    def extend(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        self.append(*messages)
+
+    def add_tool_result(self, tool_call_id: str, content: str, **extra: Any) -> dict[str, Any]:
+        """Append a tool result, offloading it first when it is over ``tool_result_threshold``
+        (seed 3.4, OffloadHook): an oversized result never enters the history."""
+        message = {"role": "tool", "tool_call_id": tool_call_id, "content": content, **extra}
+        message = self.compactor.offload_tool_result(message, self.session_id)
+        self.append(message)
+        return message
+
+    @property
+    def last_record(self) -> CompactionRecord | None:
+        return self.records[-1] if self.records else None
+
+    def delete(self) -> list[str]:
+        """Delete the session everywhere (seed 5.5 cascade); returns the errors, if any."""
+        self.history.clear()
+        self.records.clear()
+        return self.compactor.delete_session(self.session_id)
+
+
+class Session(_SessionBase):
+    def view(self) -> list[dict[str, Any]]:
+        """The compacted view to send to the LLM for the next turn."""
+        view, record = self.compactor.compact_with_record(self.history, self.session_id)
+        self.records.append(record)
+        return view
+
+    def compact_now(self) -> list[dict[str, Any]]:
+        """A manual ``/compact``: force the Emergency tier."""
+        return self.compactor.compact_force(self.history, self.session_id)
+
+
+class AsyncSession(_SessionBase):
+    async def view(self) -> list[dict[str, Any]]:
+        view, record = await self.compactor.acompact_with_record(self.history, self.session_id)
+        self.records.append(record)
+        return view
+
+    async def compact_now(self) -> list[dict[str, Any]]:
+        return await self.compactor.acompact_force(self.history, self.session_id)

@@ -1,0 +1,104 @@
+"""``summarize-extractive``: the offline default summarizer. Deterministic, no network.
+
+It writes the five anchors from the messages themselves: the user's request verbatim (bounded)
+and any later instructions, the files created, edited and read, the tools used, the decisions the
+agent stated, the commands that failed with their error line, and the last stated next step. The
+prose keeps the previous summary and adds one paragraph per compaction: who said what, in short.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import attrs
+
+from progressive_compactor.anchors import facts_as_anchors, format_summary, merge_anchors
+from progressive_compactor.facts import bound_text, first_user_request
+from progressive_compactor.hookspecs import hookimpl
+from progressive_compactor.messages import text_of
+from progressive_compactor.models import Anchor, AnchorType, Message, SummaryRequest, SummaryResult
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ExtractiveSummarizer:
+    @attrs.frozen
+    class Config:
+        max_user_notes: int = 8
+        """Later user messages quoted (shortened) in the prose and the intent anchor."""
+        note_chars: int = 300
+        max_prose_chars: int = 6000
+
+    def __init__(self, config: Config | None = None):
+        self.config = config or self.Config()
+
+    @hookimpl(trylast=True)
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        facts = request.facts
+        anchors = facts_as_anchors(facts)
+        later = self._later_user_messages(request.messages, facts.user_request)
+        if later:
+            intent = anchors[0].content if not anchors[0].is_empty else ""
+            notes = "\n".join(f"- Later instruction: {n}" for n in later)
+            anchors = (Anchor(AnchorType.USER_INTENT, f"{intent}\n{notes}".strip()), *anchors[1:])
+        if facts.tools_used:
+            progress = anchors[1]
+            counts = self._tool_counts(request.messages)
+            line = "- Tool calls so far in this part: " + ", ".join(f"{n} x{c}" for n, c in counts)
+            body = line if progress.is_empty else f"{progress.content}\n{line}"
+            anchors = (anchors[0], Anchor(AnchorType.EXECUTION_PROGRESS, body), *anchors[2:])
+        merged = merge_anchors(request.previous_anchors, anchors)
+        prose = self._prose(request, later)
+        text = format_summary(merged, prose)
+        limit = request.max_summary_tokens * 4
+        if len(text) > limit:  # keep the anchors whole, shorten the prose
+            room = max(limit - len(format_summary(merged, "")), 200)
+            text = format_summary(merged, bound_text(prose, room))
+        return SummaryResult(text=text, model="extractive")
+
+    def _later_user_messages(self, messages: Sequence[Message], request: str | None) -> list[str]:
+        notes = []
+        first = first_user_request(messages, 10**9)
+        for m in messages:
+            if m.role != "user":
+                continue
+            text = text_of(m).strip()
+            if not text or text == first and (request is None or text[:200] in request):
+                continue
+            if text.startswith("<") or text.startswith("[Tool result for call"):
+                continue  # reminders, command echoes, repaired results
+            notes.append(_one_line(text, self.config.note_chars))
+        return notes[-self.config.max_user_notes :]
+
+    @staticmethod
+    def _tool_counts(messages: Sequence[Message]) -> list[tuple[str, int]]:
+        counts: Counter[str] = Counter()
+        for m in messages:
+            for call in m.tool_calls:
+                counts[call.name] += 1
+        return counts.most_common(8)
+
+    def _prose(self, request: SummaryRequest, later: list[str]) -> str:
+        roles = Counter(m.role for m in request.messages)
+        said = [
+            _one_line(text_of(m), 200)
+            for m in request.messages
+            if m.role == "assistant" and text_of(m).strip()
+        ]
+        paragraph = (
+            f"Compacted {len(request.messages)} messages ({roles['user']} from the user, "
+            f"{roles['assistant']} from the assistant, {roles['tool']} tool results)."
+        )
+        if said:
+            paragraph += " The assistant said, among other things: " + " | ".join(said[-4:])
+        if later:
+            paragraph += " The user also wrote: " + " | ".join(later[-3:])
+        previous = (request.previous_summary or "").strip()
+        prose = f"{previous}\n\n{paragraph}" if previous and previous != "N/A" else paragraph
+        if len(prose) > self.config.max_prose_chars:
+            prose = "..." + prose[-self.config.max_prose_chars :]
+        return prose
