@@ -18,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
+import secrets
 from datetime import datetime, timezone
 from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
 
 import attrs
 
 from . import anchors as anchor_fns
-from .config import CompactorConfig, load_config
+from .config import CompactorConfig, config_from_dict, config_to_dict, deep_merge, load_config
 from .errors import CompactorError, FallbackError, InvalidMessagesError, SummarizerError
 from .facts import extract_facts, first_user_request
 from .hookspecs import hookimpl
@@ -43,6 +43,7 @@ from .models import (
     Anchor,
     CompactionRecord,
     CompactionTier,
+    Facts,
     Message,
     OffloadEntry,
     SessionState,
@@ -101,6 +102,8 @@ class _Mirror:
     compaction_tokens: int = 0
     prev_out: list[Any] = attrs.Factory(list)
     prev_tokens: int = 0
+    pending_key: tuple[int, int] | None = None
+    pending_cache: Any = None
 
 
 @attrs.define
@@ -126,30 +129,34 @@ class _Turn:
 class ProgressiveCompactor:
     """The tiered compactor of the seed, with the three interfaces of seed section 7.
 
-    ``config`` is a :class:`CompactorConfig`, a bundled config name or a YAML path. The keyword
-    options stand for the seed's constructor options; each is registered as a plugin.
+    ``config`` is a :class:`CompactorConfig`, a bundled config name or a YAML path; any other
+    keyword (``context_window=...``, ``plugins={...}``, ``config={plugin: {...}}``) overrides that
+    config's top-level keys, nested mappings merged. The keyword options stand for the seed's
+    constructor options (todo injector, memory extractor, record store, offloader, session id);
+    each is registered as a plugin, as are ``extra_plugins`` (``(name, object)`` pairs).
     """
 
     def __init__(
         self,
         config: CompactorConfig | str | None = None,
+        /,
         *,
         session_id: str = "default",
         todo_injector: Callable[[], str | None] | None = None,
         memory_extractor: Callable[[Sequence[Message]], Any] | None = None,
         record_store: Any = None,
         offloader: Any = None,
-        plugins: Iterable[tuple[str, Any]] = (),
+        extra_plugins: Iterable[tuple[str, Any]] = (),
         **overrides: Any,
     ):
         if not isinstance(config, CompactorConfig):
             config = load_config(config, **overrides)
         elif overrides:
-            config = attrs.evolve(config, **overrides)
+            config = config_from_dict(deep_merge(config_to_dict(config), overrides))
         self.config = config
         self.session_id = session_id
         self.secrets = SecretRegistry()
-        extra = list(plugins)
+        extra = list(extra_plugins)
         if todo_injector is not None:
             extra.append(("todo-injector", _TodoAdapter(todo_injector)))
         if memory_extractor is not None:
@@ -297,28 +304,24 @@ class ProgressiveCompactor:
         window = self.config.context_window
         mirror = self._sync_mirror(sid, history)
         state, reset_error = self._load_state(sid, mirror)
-        pending, pending_tokens, pending_repairs = self._pending(mirror)
+        pending, pending_tokens, pending_dicts, pending_repairs = self._pending(mirror)
         self._refresh_view(mirror, state)
-        uncovered_tokens = mirror.view_tokens + sum(pending_tokens)
+        uncovered_tokens = mirror.view_tokens + pending_tokens
         tokens_before = mirror.system_tokens + mirror.compaction_tokens + uncovered_tokens
         msgs_before = mirror.has_system + (mirror.compaction is not None) + len(mirror.view_msgs) + len(pending)
         tier = CompactionTier.EMERGENCY if force else self.hooks.determine_tier(
             tokens_before / window, tokens_before, window
         )
         repairs = mirror.repairs_final + pending_repairs
-        turn = _Turn(
-            state=state,
-            uncovered=mirror.view_msgs + pending,
-            stable=len(mirror.view_msgs),
-            compaction=mirror.compaction,
-        )
+        turn = _Turn(state=state, uncovered=[], stable=len(mirror.view_msgs), compaction=mirror.compaction)
         if reset_error:
             turn.errors.append(reset_error)
         requested = tier
         if tier is CompactionTier.NONE:
-            out = self._fast_view(mirror, pending)
+            out = self._fast_view(mirror, pending_dicts)
             tokens_after = tokens_before
         else:
+            turn.uncovered = mirror.view_msgs + pending
             tier = yield from self._compact(sid, mirror, turn, tier, tokens_before)
             view = self._assemble(mirror, turn)
             problems = view_problems(view)
@@ -334,7 +337,7 @@ class ProgressiveCompactor:
                 self._refresh_view(mirror, turn.state)
         stable_tokens = self._stable_prefix_tokens(mirror, out, tokens_after)
         record = CompactionRecord(
-            id=uuid.uuid4().hex,
+            id=secrets.token_hex(16),
             session_id=sid,
             timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             tier=tier,
@@ -427,10 +430,7 @@ class ProgressiveCompactor:
         """
         messages = turn.uncovered[:count]
         self.hooks.extract_memory(messages, sid)
-        facts = attrs.evolve(
-            extract_facts(messages, intent_limit=self.config.intent_max_chars),
-            user_request=mirror.first_request,
-        )
+        facts = self._facts(mirror, turn, count)
         replaced = sum(self.hooks.estimate_tokens(messages))
         previous = turn.state
         request = SummaryRequest(
@@ -521,10 +521,7 @@ class ProgressiveCompactor:
         if cut <= 0:
             return previous
         messages = turn.uncovered[:cut]
-        facts = attrs.evolve(
-            extract_facts(messages, intent_limit=self.config.intent_max_chars),
-            user_request=mirror.first_request,
-        )
+        facts = self._facts(mirror, turn, cut)
         merged = anchor_fns.merge_anchors(previous.anchors, anchor_fns.facts_as_anchors(facts))
         note = (
             f"{cut} messages were dropped by emergency truncation without an LLM summary; "
@@ -540,6 +537,15 @@ class ProgressiveCompactor:
         )
 
     # --- pieces -------------------------------------------------------------------------------
+
+    def _facts(self, mirror: _Mirror, turn: _Turn, count: int) -> Facts:
+        """Facts of ``turn.uncovered[:count]``, read from the original messages: an offloaded
+        result's placeholder no longer shows the error line that its full text has."""
+        start = turn.state.covered
+        stable = min(count, turn.stable)
+        originals = mirror.final[start : start + stable] + turn.uncovered[stable:count]
+        facts = extract_facts(originals, intent_limit=self.config.intent_max_chars)
+        return attrs.evolve(facts, user_request=mirror.first_request)
 
     def _tail_start(self, turn: _Turn) -> int:
         """Where the protected tail begins: never inside a tool call's results."""
@@ -664,13 +670,21 @@ class ProgressiveCompactor:
         del mirror.pending_src[:cut]
         del mirror.pending_msgs[:cut]
 
-    def _pending(self, mirror: _Mirror) -> tuple[list[Message], list[int], int]:
-        if not mirror.pending_msgs:
-            return [], [], 0
+    def _pending(self, mirror: _Mirror) -> tuple[list[Message], int, list[dict[str, Any]], int]:
+        """The repaired pending messages, their tokens, their dicts and the repairs made.
+
+        Cached until the pending messages change: an unchanged history costs nothing here.
+        """
+        key = (len(mirror.pending_msgs), mirror.final_src)
+        if mirror.pending_key == key:
+            return mirror.pending_cache
         repaired, repairs = repair_tool_pairs(mirror.pending_msgs)
         if mirror.first_request is None:
             mirror.first_request = first_user_request(repaired, self.config.intent_max_chars)
-        return repaired, self.hooks.estimate_tokens(repaired), repairs
+        tokens = sum(self.hooks.estimate_tokens(repaired)) if repaired else 0
+        mirror.pending_key = key
+        mirror.pending_cache = (repaired, tokens, [message_to_dict(m) for m in repaired], repairs)
+        return mirror.pending_cache
 
     def _load_state(self, sid: str, mirror: _Mirror) -> tuple[SessionState, str | None]:
         state = self.hooks.load_state(sid) or SessionState()
@@ -683,9 +697,15 @@ class ProgressiveCompactor:
             mirror.verified = key
             return state, None
         mirror.view_version = -1
-        return SessionState(version=state.version + 1), (
-            "session state did not match this history (another history under the same session id?); "
-            "started over"
+        fresh = SessionState(version=state.version + 1)
+        errors: list[str] = []
+        self._save_state(sid, fresh, errors)
+        return fresh, "; ".join(
+            [
+                "session state did not match this history (another history under the same session id?); "
+                "started over",
+                *errors,
+            ]
         )
 
     def _save_state(self, sid: str, state: SessionState, errors: list[str]) -> None:
@@ -726,13 +746,13 @@ class ProgressiveCompactor:
             mirror.view_tokens += tokens
         mirror.view_end = end
 
-    def _fast_view(self, mirror: _Mirror, pending: list[Message]) -> list[Any]:
+    @staticmethod
+    def _fast_view(mirror: _Mirror, pending_dicts: list[dict[str, Any]]) -> list[Any]:
         out: list[Any] = [mirror.system_dict] if mirror.has_system else []
         if mirror.compaction_dict is not None:
             out.append(mirror.compaction_dict)
         out += mirror.view_dicts
-        if pending:
-            out += [message_to_dict(m) for m in pending]
+        out += pending_dicts
         return out
 
     def _stable_prefix_tokens(self, mirror: _Mirror, out: list[Any], tokens: int) -> int:

@@ -92,6 +92,8 @@ class CompactorConfig:
     config: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     experiment: dict[str, Any] | None = None
     """A/B experiment section (see ``progressive_compactor.experiment``); kept as given."""
+    pricing: dict[str, float] | None = None
+    """Price table for billed cost in replays (see ``progressive_compactor.pricing``)."""
 
     def plugin_block(self, name: str) -> Mapping[str, Any]:
         return self.config.get(name) or {}

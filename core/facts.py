@@ -35,6 +35,7 @@ _FAILURE = re.compile(
 _ERROR_LINE = re.compile(
     r"(Error|Exception|error:|FAILED|failed|fatal|not found|No such file|denied|Traceback)", re.I
 )
+_NAMED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|\berror:|\bfatal:")
 _DECISION = re.compile(
     r"\b(I(?:'ll| will) use|decided|decision|instead of|the fix is|the (?:root )?cause is|"
     r"the (?:issue|problem|bug) is|I(?:'ll| will) (?:implement|change|modify|switch|go with)|"
@@ -134,9 +135,10 @@ def error_line(text: str) -> str:
     """The line of a failed tool result that best says what went wrong."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     lines = [line for line in lines if not re.fullmatch(r"</?\w+>|<returncode>.*</returncode>", line)]
-    for line in reversed(lines):
-        if _ERROR_LINE.search(line):
-            return line[:240]
+    for pattern in (_NAMED_ERROR, _ERROR_LINE):  # "ValueError: ..." says more than "1 failed"
+        for line in reversed(lines):
+            if pattern.search(line):
+                return line[:240]
     return lines[-1][:240] if lines else ""
 
 

@@ -176,7 +176,7 @@ def get_plugin_manager(
     :class:`~progressive_compactor.ProgressiveCompactor` and for tests).
     """
     context = context or PluginContext(work_dir=config.work_dir)
-    pm = pluggy.PluginManager(GROUP)
+    pm = _PluginManager(GROUP)
     pm.add_hookspecs(hookspecs)
     for name in config.plugins.disable:
         pm.set_blocked(name)
@@ -214,21 +214,68 @@ def get_plugin_manager(
     return pm
 
 
+class _PluginManager(pluggy.PluginManager):
+    """A PluginManager that counts registrations, so the facade knows when to refresh its cache."""
+
+    generation = 0
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        self.generation += 1
+        return super().register(plugin, name)
+
+    def unregister(self, plugin: Any = None, name: str | None = None) -> Any:
+        self.generation += 1
+        return super().unregister(plugin, name)
+
+
+_HOT_HOOKS = ("estimate_tokens", "determine_tier", "load_state", "persist_record")
+"""Hooks called on every turn. Without hook wrappers, they are called straight from a cached list
+of implementations: pluggy's general machinery costs more than a turn without compaction."""
+
+
 class Hooks:
     """Typed facade over the plugin manager: the core never calls ``pm.hook.x`` directly."""
 
     def __init__(self, pm: pluggy.PluginManager):
         self.pm = pm
         self._h = pm.hook
+        self._generation = -1
+        self._direct: dict[str, list[tuple[Callable[..., Any], tuple[str, ...], str]] | None] = {}
+
+    def _impls(self, hook: str) -> list[tuple[Callable[..., Any], tuple[str, ...], str]] | None:
+        """Implementations of a hot hook in call order, or None when a wrapper needs pluggy."""
+        generation = getattr(self.pm, "generation", 0)
+        if generation != self._generation:
+            self._generation = generation
+            self._direct = {}
+            for name in _HOT_HOOKS:
+                impls = getattr(self._h, name).get_hookimpls()
+                if any(i.hookwrapper or getattr(i, "wrapper", False) for i in impls):
+                    self._direct[name] = None
+                else:
+                    self._direct[name] = [
+                        (i.function, tuple(i.argnames), i.plugin_name) for i in reversed(impls)
+                    ]
+        return self._direct[hook]
+
+    def _first(self, hook: str, **kwargs: Any) -> Any:
+        impls = self._impls(hook)
+        if impls is None:
+            return getattr(self._h, hook)(**kwargs)
+        for function, argnames, _ in impls:
+            result = function(*[kwargs[a] for a in argnames])
+            if result is not None:
+                return result
+        return None
 
     def estimate_tokens(self, messages: Sequence[Message]) -> list[int]:
-        counts = self._h.estimate_tokens(messages=messages)
+        counts = self._first("estimate_tokens", messages=messages)
         if counts is None or len(counts) != len(messages):
             raise PluginError("no token estimator answered with one count per message")
         return list(counts)
 
     def determine_tier(self, ratio: float, tokens: int, context_window: int) -> CompactionTier:
-        tier = self._h.determine_tier(ratio=ratio, tokens=tokens, context_window=context_window)
+        tier = self._first("determine_tier", ratio=ratio, tokens=tokens, context_window=context_window)
         return CompactionTier.NONE if tier is None else CompactionTier(tier)
 
     def apply_tier(self, tier_input: TierInput) -> TierPlan | None:
@@ -255,7 +302,7 @@ class Hooks:
         )
 
     def load_state(self, session_id: str) -> SessionState | None:
-        return self._h.load_state(session_id=session_id)
+        return self._first("load_state", session_id=session_id)
 
     def save_state(self, session_id: str, state: SessionState) -> bool | None:
         return self._h.save_state(session_id=session_id, state=state)
@@ -276,14 +323,19 @@ class Hooks:
         return self._broadcast("on_delete_session", session_id=session_id)[1]
 
     def _broadcast(self, hook: str, **kwargs: Any) -> tuple[list[Any], list[str]]:
+        """Call every implementation; one that raises is logged and the others still run."""
         results, errors = [], []
-        caller = getattr(self._h, hook)
-        for impl in reversed(caller.get_hookimpls()):
-            args = {k: kwargs[k] for k in impl.argnames}
+        impls = self._impls(hook) if hook in _HOT_HOOKS else None
+        if impls is None:
+            impls = [
+                (i.function, i.argnames, i.plugin_name)
+                for i in reversed(getattr(self._h, hook).get_hookimpls())
+                if not (i.hookwrapper or getattr(i, "wrapper", False))
+            ]
+        for function, argnames, name in impls:
             try:
-                results.append(impl.function(**args))
+                results.append(function(*[kwargs[a] for a in argnames]))
             except Exception as exc:
-                name = impl.plugin_name
                 log.warning("%s of plugin %s failed: %s: %s", hook, name, type(exc).__name__, exc)
                 errors.append(f"{name}: {type(exc).__name__}: {exc}")
         return results, errors
