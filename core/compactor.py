@@ -496,8 +496,8 @@ class ProgressiveCompactor:
         dropped = 0
         for _ in range(3):  # the compaction message depends on what is dropped: settle it
             state = self._truncated_state(mirror, turn, dropped)
-            compaction = self._compaction_message(sid, state)
-            pinned = [*head, compaction]
+            compaction = self._compaction_message(sid, state) if state.covered else None
+            pinned = [*head, compaction] if compaction is not None else head
             result = self.hooks.fallback_compact(pinned + turn.uncovered, len(pinned), budget)
             if result is None:
                 raise FallbackError("no fallback_compact plugin answered; fallback-token-budget is essential")
