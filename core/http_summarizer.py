@@ -1,0 +1,327 @@
+"""What the HTTP summarizer plugins (``summarize-openai``, ``summarize-anthropic``) share.
+
+A plugin subclasses :class:`HttpSummarizer` and gives three pure functions: the URL path, the
+headers and the JSON body of a request (:meth:`~HttpSummarizer.build_body`,
+:meth:`~HttpSummarizer.build_headers`), and how to read a decoded reply
+(:meth:`~HttpSummarizer.read_reply`). Everything else is here, once: the prompt, the API key, the
+checks every reply goes through, the retry loop (:mod:`progressive_compactor.http_retry`), and the
+two transports, ``httpx.Client`` for ``summarize`` and ``httpx.AsyncClient`` for ``asummarize``,
+each created on first use and reused across calls (connection pooling).
+
+The API key is read from the environment variable named by ``api_key_env`` and registered with
+the compactor's :class:`~progressive_compactor.plugin_manager.SecretRegistry`, which masks it in
+records and offloaded files; the plugin masks it in its own error messages as well. It is never
+stored in the config, so no repr or ``config show`` can print it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any, ClassVar, Mapping
+from urllib.parse import urlsplit
+
+import attrs
+
+from .errors import ConfigError, SummarizerError
+from .hookspecs import hookimpl
+from .http_retry import (
+    HttpCall,
+    HttpResponse,
+    RetryPolicy,
+    Send,
+    Timeouts,
+    as_response,
+    decode_json,
+    exchange,
+    httpx_timeout,
+    run_async,
+    run_sync,
+)
+from .models import SummaryRequest, SummaryResult
+from .plugin_manager import PluginContext, SecretRegistry
+from .prompt import CHARS_PER_TOKEN, Prompt, build_prompt, load_template, replaced_budget_tokens
+
+MISSING = object()
+
+
+@attrs.frozen
+class Reply:
+    """What a provider answered, read from its JSON by the plugin's :meth:`read_reply`."""
+
+    text: str
+    cut_off: bool
+    """The reply stopped at the output token limit."""
+    stop_reason: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    model: str | None = None
+
+
+@attrs.frozen
+class HttpSummarizerConfig:
+    """Settings every HTTP summarizer takes; each plugin's ``Config`` sets its own defaults."""
+
+    model: str = ""
+    base_url: str = ""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the API key; null for an endpoint without one."""
+    temperature: float | None = 0.0
+    """Null leaves it out of the request (some reasoning models reject it)."""
+    max_output_tokens: int = 4096
+    extra_headers: dict[str, str] = attrs.field(factory=dict)
+    extra_body: dict[str, Any] = attrs.field(factory=dict)
+    """Merged into the JSON body as given (provider-specific options)."""
+    timeout: Timeouts = Timeouts()
+    max_attempts: int = 4
+    backoff_base: float = 0.5
+    backoff_max: float = 20.0
+    deadline: float = 300.0
+    prompt_template: str | None = None
+    """Path of a prompt template file (see :mod:`progressive_compactor.prompt`)."""
+    max_message_chars: int = 4000
+    """Each message is cut to this many characters in the prompt (head and tail kept)."""
+
+
+def dig(data: Any, *path: str | int) -> Any:
+    """``data[path[0]][path[1]]...``; :data:`MISSING` when any step is absent or of the wrong type."""
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(data, list) or len(data) <= key:
+                return MISSING
+        elif not isinstance(data, Mapping) or key not in data:
+            return MISSING
+        data = data[key]
+    return data
+
+
+def field_name(*path: str | int) -> str:
+    text = ""
+    for key in path:
+        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else key)
+    return text
+
+
+def require(data: Any, *path: str | int) -> Any:
+    value = dig(data, *path)
+    if value is MISSING:
+        raise SummarizerError(f"missing field {field_name(*path)} in the reply")
+    return value
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def provider_message(body: bytes) -> str:
+    """The provider's own error message from an error body (OpenAI and Anthropic both nest it
+    under ``error.message``), else the start of the body; one line, bounded."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        data = None
+    message = dig(data, "error", "message")
+    if not isinstance(message, str):
+        message = dig(data, "error")
+        if not isinstance(message, str):
+            message = body[:200].decode("utf-8", "replace")
+    return " ".join(message.split())[:300]
+
+
+class HttpSummarizer:
+    """Base of the HTTP summarizer plugins; see the module docstring."""
+
+    plugin_name: ClassVar[str] = "summarize-http"
+    path: ClassVar[str] = ""
+    Config: ClassVar[type] = HttpSummarizerConfig
+
+    def __init__(self, config: Any = None, context: PluginContext | None = None):
+        self.config = config if config is not None else self.Config()
+        self.context = context or PluginContext()
+        self.secrets: SecretRegistry = self.context.secrets if self.context.secrets is not None else SecretRegistry()
+        where = f"$.config.{self.plugin_name}"
+        self._check_config(where)
+        self.template = load_template(self.config.prompt_template, f"{where}.prompt_template")
+        self.policy = RetryPolicy(
+            max_attempts=self.config.max_attempts,
+            backoff_base=self.config.backoff_base,
+            backoff_max=self.config.backoff_max,
+            deadline=self.config.deadline,
+        )
+        self.url = self.config.base_url.rstrip("/") + self.path
+        self._client: Any = None
+        self._aclient: Any = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        if self.config.api_key_env and not os.environ.get(self.config.api_key_env):
+            raise ConfigError(
+                [
+                    f"{self.plugin_name} reads its API key from the environment variable "
+                    f"{self.config.api_key_env}, which is not set; export it, or set api_key_env to "
+                    f"null for an endpoint without a key @ {where}.api_key_env"
+                ]
+            )
+        self._api_key()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.config.model!r}, url={self.url!r})"
+
+    def _check_config(self, where: str) -> None:
+        c = self.config
+        problems = []
+        scheme = urlsplit(c.base_url).scheme
+        if scheme not in ("http", "https"):
+            problems.append(f"base_url must start with http:// or https://, got {c.base_url!r} @ {where}.base_url")
+        if not c.model:
+            problems.append(f"model must name the model to call @ {where}.model")
+        if c.max_attempts < 1:
+            problems.append(f"max_attempts must be 1 or more @ {where}.max_attempts")
+        if c.max_output_tokens < 1:
+            problems.append(f"max_output_tokens must be 1 or more @ {where}.max_output_tokens")
+        if c.max_message_chars < 200:
+            problems.append(f"max_message_chars must be 200 or more @ {where}.max_message_chars")
+        for name in ("connect", "read"):
+            if getattr(c.timeout, name) <= 0:
+                problems.append(f"timeout.{name} must be positive (seconds) @ {where}.timeout.{name}")
+        for name in ("backoff_base", "backoff_max", "deadline"):
+            if getattr(c, name) < 0 or (name == "deadline" and c.deadline == 0):
+                problems.append(f"{name} must be positive (seconds) @ {where}.{name}")
+        if problems:
+            raise ConfigError(problems)
+
+    # --- what a plugin provides (pure) --------------------------------------------------------
+
+    def build_headers(self, api_key: str | None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def build_body(self, prompt: Prompt) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def read_reply(self, data: Any) -> Reply:
+        raise NotImplementedError
+
+    # --- shared, pure -------------------------------------------------------------------------
+
+    def _api_key(self) -> str | None:
+        """The key, read now (so a rotated key is picked up) and registered as a secret."""
+        name = self.config.api_key_env
+        if not name:
+            return None
+        key = (os.environ.get(name) or "").strip()  # a stray newline would break the header
+        if not key:
+            raise SummarizerError(
+                f"environment variable {name} (api_key_env) is not set; export the API key there"
+            )
+        self.secrets.add(key)
+        return key
+
+    def build_call(self, request: SummaryRequest) -> HttpCall:
+        prompt = build_prompt(request, self.template, max_message_chars=self.config.max_message_chars)
+        body = {**self.build_body(prompt), **self.config.extra_body}
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            **self.build_headers(self._api_key()),
+            **self.config.extra_headers,
+        }
+        return HttpCall(self.url, headers, json.dumps(body, ensure_ascii=False).encode("utf-8"))
+
+    def parse(self, request: SummaryRequest, response: HttpResponse) -> SummaryResult:
+        """Check a 2xx reply; each way it can be unusable has its own cause."""
+        reply = self.read_reply(decode_json(response.body))
+        text = reply.text.strip()
+        if reply.cut_off:
+            raise SummarizerError(
+                f"reply cut off by the token limit (stop reason {reply.stop_reason!r} at "
+                f"max_output_tokens={self.config.max_output_tokens}); raise max_output_tokens"
+            )
+        if not text:
+            raise SummarizerError(f"empty reply: the model returned no text (stop reason {reply.stop_reason!r})")
+        budget = replaced_budget_tokens(request)
+        size = len(text) // CHARS_PER_TOKEN
+        if size >= budget:
+            raise SummarizerError(
+                f"reply larger than the text it replaces: about {size} tokens for {budget} tokens of "
+                "messages and previous summary"
+            )
+        return SummaryResult(text=text, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, model=reply.model)
+
+    def _exchange(self, request: SummaryRequest) -> Any:
+        return exchange(
+            self.policy,
+            self.config.timeout,
+            lambda response: self.parse(request, response),
+            describe=provider_message,
+            label=self.plugin_name,
+            redact=self.secrets.redact,
+        )
+
+    def _redacted(self, error: SummarizerError) -> SummarizerError:
+        cause = self.secrets.redact(f"{self.plugin_name}: {error.cause}")
+        return SummarizerError(cause, retryable=error.retryable, status=error.status)
+
+    # --- hooks and transports -----------------------------------------------------------------
+
+    # The redacted error is raised outside the ``except`` block, so that it carries no
+    # ``__context__`` holding the unredacted one.
+
+    @hookimpl
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        try:
+            call = self.build_call(request)
+            client = self._sync_client()
+            return run_sync(self._exchange(request), lambda step: self._send(client, call, step))
+        except SummarizerError as error:
+            failure = self._redacted(error)
+        raise failure
+
+    @hookimpl
+    def asummarize(self, request: SummaryRequest) -> Any:
+        return self._asummarize(request)
+
+    async def _asummarize(self, request: SummaryRequest) -> SummaryResult:
+        try:
+            call = self.build_call(request)
+            client = self._async_client()
+            return await run_async(self._exchange(request), lambda step: self._asend(client, call, step))
+        except SummarizerError as error:
+            failure = self._redacted(error)
+        raise failure
+
+    @staticmethod
+    def _send(client: Any, call: HttpCall, step: Send) -> HttpResponse:
+        response = client.post(call.url, headers=dict(call.headers), content=call.body, timeout=httpx_timeout(step))
+        return as_response(response)
+
+    @staticmethod
+    async def _asend(client: Any, call: HttpCall, step: Send) -> HttpResponse:
+        response = await client.post(call.url, headers=dict(call.headers), content=call.body, timeout=httpx_timeout(step))
+        return as_response(response)
+
+    def _sync_client(self) -> Any:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(follow_redirects=False)
+        return self._client
+
+    def _async_client(self) -> Any:
+        """One AsyncClient per event loop: pooled connections belong to the loop that opened them."""
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aloop is not loop:
+            import httpx
+
+            self._aclient = httpx.AsyncClient(follow_redirects=False)
+            self._aloop = loop
+        return self._aclient
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        client, self._aclient = self._aclient, None
+        loop, self._aloop = self._aloop, None
+        if client is not None and loop is asyncio.get_running_loop():
+            await client.aclose()

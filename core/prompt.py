@@ -1,0 +1,246 @@
+"""The prompt that asks an LLM to fold new messages into the running summary.
+
+The reply must carry the five anchors and the prose in the format
+:func:`progressive_compactor.anchors.parse_markdown` reads (``## User Intent`` ... ``## Summary``).
+The summary is incremental (DESIGN.md): the model gets the previous summary and anchors and only
+the messages not yet covered, and answers with the whole updated summary.
+
+A template is two ``string.Template`` texts, system and user, with ``$name`` placeholders (see
+:data:`PLACEHOLDERS`). A custom template file (``prompt_template`` in a summarizer's config) holds
+the system text; a line ``=== user ===`` may follow it with a user text as well, else the default
+user text is used. ``$$`` is a literal dollar sign.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from pathlib import Path
+from typing import Sequence
+
+import attrs
+
+from .anchors import format_summary
+from .errors import ConfigError
+from .facts import bound_text
+from .messages import text_of
+from .models import Anchor, Facts, Message, SummaryRequest
+
+USER_SEPARATOR = "=== user ==="
+CHARS_PER_TOKEN = 4
+"""The core's estimate (``tokens-chars``): also used for the size checks of a reply."""
+
+PLACEHOLDERS = {
+    "session_id": "the session id",
+    "tier": "the compaction tier (Soft or Full)",
+    "target_tokens": "how long the summary should be at most, in tokens",
+    "target_words": "the same in words (about three quarters of the tokens)",
+    "previous_summary": "the previous summary with its anchors, or a line saying there is none",
+    "facts": "facts the core extracted mechanically (user's request, files, failed commands)",
+    "user_request": "the user's original request, verbatim (or N/A)",
+    "message_count": "how many new messages there are",
+    "messages": "the new messages, one block each, each bounded in length",
+}
+
+DEFAULT_SYSTEM = """\
+You keep the running summary of a long working session between a user and an AI agent that uses \
+tools. Your summary replaces the messages it covers: the agent will continue the task from your \
+summary alone, so whatever you leave out is lost for good.
+
+Update the previous summary (if there is one) with the new messages, and reply with the whole \
+updated summary in exactly this Markdown format, with these six headings in this order and \
+nothing before or after them:
+
+## User Intent
+The user's original request, quoted verbatim (copy it exactly; do not paraphrase or shorten it), \
+then every later instruction, constraint or change of mind, each on its own line.
+## Execution Progress
+What has been done and what state it left: every file created, edited or read (full paths), \
+commands run and their outcome, the state of tests and builds.
+## Key Decisions
+Each decision taken and why.
+## Tried Solutions
+Each approach that failed or was abandoned, and why it failed (quote the error line), so that it \
+is not tried again.
+## Next Steps
+The immediate next step, in one or two lines.
+## Summary
+A few short paragraphs of prose: the story so far, in the order things happened.
+
+Rules:
+- Keep everything from the previous summary that still matters; merge, do not restart.
+- Under a heading with nothing to report, write N/A. Never drop a heading.
+- Tool results shown as "[Tool result offloaded ...]" were moved to files: keep the handle of \
+any result that still matters, so the agent can read it back.
+- Be concrete: names, paths, numbers, error messages. No advice, no commentary.
+- Stay under about $target_words words ($target_tokens tokens)."""
+
+DEFAULT_USER = """\
+Session $session_id, compaction tier $tier.
+
+<previous_summary>
+$previous_summary
+</previous_summary>
+
+<facts>
+Facts extracted mechanically from the conversation; they are correct, keep every one of them.
+$facts
+</facts>
+
+<new_messages count="$message_count">
+$messages
+</new_messages>
+
+Write the whole updated summary now, in the format above."""
+
+
+@attrs.frozen
+class PromptTemplate:
+    system: str
+    user: str
+    source: str = "built-in"
+
+
+@attrs.frozen
+class Prompt:
+    system: str
+    user: str
+
+
+DEFAULT_TEMPLATE = PromptTemplate(DEFAULT_SYSTEM, DEFAULT_USER)
+
+
+def _identifiers(text: str) -> set[str]:
+    names = set()
+    for match in string.Template.pattern.finditer(text):
+        name = match.group("named") or match.group("braced")
+        if name:
+            names.add(name)
+        elif match.group("invalid") is not None:
+            line = text[: match.start()].count("\n") + 1
+            raise ValueError(f"a '$' on line {line} starts no placeholder (write $$ for a dollar sign)")
+    return names
+
+
+def check_template(template: PromptTemplate, where: str = "$.prompt_template") -> PromptTemplate:
+    """Raise :class:`ConfigError` when a template names an unknown placeholder or lacks ``$messages``."""
+    problems = []
+    used: set[str] = set()
+    for part in ("system", "user"):
+        try:
+            names = _identifiers(getattr(template, part))
+        except ValueError as exc:
+            problems.append(f"prompt template {template.source}, {part} part: {exc} @ {where}")
+            continue
+        used |= names
+        unknown = sorted(names - PLACEHOLDERS.keys())
+        if unknown:
+            problems.append(
+                f"prompt template {template.source}, {part} part: unknown placeholder(s) "
+                f"{', '.join('$' + n for n in unknown)}; known: {', '.join('$' + n for n in PLACEHOLDERS)} @ {where}"
+            )
+    if "messages" not in used and not problems:
+        problems.append(f"prompt template {template.source} never uses $messages, so the model would see no messages @ {where}")
+    if problems:
+        raise ConfigError(problems)
+    return template
+
+
+def load_template(path: str | None, where: str = "$.prompt_template") -> PromptTemplate:
+    """The template in the file at ``path`` (see the module docstring), or the default one."""
+    if not path:
+        return DEFAULT_TEMPLATE
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError([f"cannot read prompt template {file}: {exc.strerror or exc} @ {where}"]) from exc
+    parts = re.split(rf"^\s*{re.escape(USER_SEPARATOR)}\s*$", text, maxsplit=1, flags=re.M)
+    system = parts[0].strip()
+    user = parts[1].strip() if len(parts) == 2 else DEFAULT_USER
+    if not system:
+        raise ConfigError([f"prompt template {file} has an empty system part @ {where}"])
+    return check_template(PromptTemplate(system, user, str(file)), where)
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+
+def previous_size_tokens(request: SummaryRequest) -> int:
+    """Estimated tokens of the previous summary and anchors, which the new summary replaces too."""
+    if not request.previous_summary and not request.previous_anchors:
+        return 0
+    return len(format_summary(request.previous_anchors, request.previous_summary or "")) // CHARS_PER_TOKEN
+
+
+def replaced_budget_tokens(request: SummaryRequest) -> int:
+    """What the reply replaces: the new messages and the previous summary. A reply at least this
+    large would grow the view instead of shrinking it."""
+    return request.replaced_tokens + previous_size_tokens(request)
+
+
+def target_tokens(request: SummaryRequest) -> int:
+    """The length the prompt asks for: well under what is replaced, and under the core's limit."""
+    return max(min(request.max_summary_tokens, replaced_budget_tokens(request) // 2), 150)
+
+
+def render_previous(summary: str | None, anchors: Sequence[Anchor]) -> str:
+    if not summary and not anchors:
+        return "None: this is the first summary of the session."
+    return format_summary(anchors, summary or "")
+
+
+def render_facts(facts: Facts) -> str:
+    lines = [f"User's original request (verbatim):\n{facts.user_request or 'N/A'}"]
+    for label, items in (
+        ("Files created", facts.files_created),
+        ("Files edited", facts.files_edited),
+        ("Files read", facts.files_read),
+        ("Failed commands (command -> error)", facts.failed_commands),
+        ("Tools used", facts.tools_used),
+    ):
+        if items:
+            lines.append(f"{label}: " + "; ".join(items))
+    return "\n".join(lines)
+
+
+def render_message(index: int, message: Message, max_chars: int) -> str:
+    """One message as a compact block, at most about ``max_chars`` characters."""
+    if message.role == "tool":
+        head = f"[{index}] tool result ({message.tool_call_id}"
+        head += f", {message.name})" if message.name else ")"
+    else:
+        head = f"[{index}] {message.role}"
+    body = text_of(message).strip()
+    calls = [
+        f"-> tool call {call.name} ({call.id}): {bound_text(call.arguments.strip(), max(max_chars // 4, 200))}"
+        for call in message.tool_calls
+    ]
+    text = "\n".join(part for part in [body, *calls] if part) or "(empty)"
+    return f"{head}:\n{bound_text(text, max_chars)}"
+
+
+def render_messages(messages: Sequence[Message], max_chars: int) -> str:
+    return "\n\n".join(render_message(i, m, max_chars) for i, m in enumerate(messages, 1))
+
+
+def build_prompt(
+    request: SummaryRequest, template: PromptTemplate = DEFAULT_TEMPLATE, *, max_message_chars: int = 4000
+) -> Prompt:
+    """The system and user prompt for ``request``. Pure: same request, same prompt."""
+    target = target_tokens(request)
+    values = {
+        "session_id": request.session_id,
+        "tier": request.tier.label,
+        "target_tokens": str(target),
+        "target_words": str(target * 3 // 4),
+        "previous_summary": render_previous(request.previous_summary, request.previous_anchors),
+        "facts": render_facts(request.facts),
+        "user_request": request.facts.user_request or "N/A",
+        "message_count": str(len(request.messages)),
+        "messages": render_messages(request.messages, max_message_chars),
+    }
+    return Prompt(
+        system=string.Template(template.system).substitute(values),
+        user=string.Template(template.user).substitute(values),
+    )

@@ -1,0 +1,77 @@
+"""``summarize-openai``: summaries from any endpoint that speaks OpenAI's Chat Completions.
+
+One ``base_url`` serves OpenAI, vLLM, Ollama, llama.cpp's server, LM Studio and LiteLLM
+proxies. The request is ``POST {base_url}/chat/completions`` with a system and a user message;
+the reply's ``choices[0].message.content`` is the summary, ``finish_reason == "length"`` means it
+was cut off, and ``usage.prompt_tokens`` / ``usage.completion_tokens`` go into the record.
+Transport, retries and the checks of the reply are shared with ``summarize-anthropic``
+(:mod:`progressive_compactor.http_summarizer`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from progressive_compactor.errors import SummarizerError
+from progressive_compactor.http_summarizer import (
+    HttpSummarizer,
+    HttpSummarizerConfig,
+    Reply,
+    as_int,
+    dig,
+    require,
+)
+from progressive_compactor.prompt import Prompt
+
+
+class OpenAISummarizer(HttpSummarizer):
+    plugin_name = "summarize-openai"
+    path = "/chat/completions"
+
+    @attrs.frozen
+    class Config(HttpSummarizerConfig):
+        model: str = "gpt-4o-mini"
+        base_url: str = "https://api.openai.com/v1"
+        api_key_env: str | None = "OPENAI_API_KEY"
+        max_tokens_field: str = "max_tokens"
+        """Name of the output limit in the body; newer OpenAI models want ``max_completion_tokens``."""
+
+    def build_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def build_body(self, prompt: Prompt) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": prompt.system},
+                {"role": "user", "content": prompt.user},
+            ],
+            self.config.max_tokens_field: self.config.max_output_tokens,
+            "stream": False,
+        }
+        if self.config.temperature is not None:
+            body["temperature"] = self.config.temperature
+        return body
+
+    def read_reply(self, data: Any) -> Reply:
+        content = require(data, "choices", 0, "message", "content")
+        if isinstance(content, list):  # some compatible servers answer with content parts
+            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if content is not None and not isinstance(content, str):
+            raise SummarizerError(
+                f"missing field choices[0].message.content in the reply (it is a {type(content).__name__}, not text)"
+            )
+        finish = dig(data, "choices", 0, "finish_reason")
+        usage = dig(data, "usage")
+        usage = usage if isinstance(usage, dict) else {}
+        model = dig(data, "model")
+        return Reply(
+            text=content or "",
+            cut_off=finish == "length",
+            stop_reason=finish if isinstance(finish, str) else None,
+            tokens_in=as_int(usage.get("prompt_tokens")),
+            tokens_out=as_int(usage.get("completion_tokens")),
+            model=model if isinstance(model, str) else None,
+        )

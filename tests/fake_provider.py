@@ -1,0 +1,360 @@
+"""A real HTTP server on 127.0.0.1 that speaks OpenAI's ``/v1/chat/completions`` and Anthropic's
+``/v1/messages``, and misbehaves on request. Used by the HTTP summarizer tests and benchmarks.
+
+```python
+with FakeProvider() as fake:
+    fake.push(Behaviour("status", status=503, retry_after="0.2"))   # next request: 503
+    ...  # point a summarizer at fake.base_url
+    assert len(fake.requests) == 2
+```
+
+Each request takes the next queued :class:`Behaviour`, or ``fake.default`` when the queue is
+empty. A successful reply is a summary in the anchors format that quotes every
+``SESSION-MARKER-...`` string found in the request, so concurrent sessions can check that each got
+its own answer. Every request is recorded (path, headers, JSON body, client port, arrival time,
+the usage reported back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import select
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+MARKER = re.compile(r"SESSION-MARKER-[A-Za-z0-9]+")
+KINDS = ("ok", "status", "malformed", "missing", "empty", "length", "reset", "oversized", "hang")
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What the server does with one request.
+
+    ``ok`` a good summary; ``status`` an error status (``retry_after`` sets the header);
+    ``malformed`` a cut-off JSON body; ``missing`` JSON without the reply fields; ``empty`` an
+    empty reply; ``length`` a reply stopped by the token limit; ``reset`` closes the connection
+    without a response (TCP reset); ``oversized`` a reply of ``size`` characters; ``hang`` waits
+    ``delay`` seconds before answering as ``ok``. ``delay`` applies to every kind.
+    """
+
+    kind: str = "ok"
+    status: int = 200
+    retry_after: str | None = None
+    delay: float = 0.0
+    size: int = 200_000
+    echo_key: bool = False
+    """Quote the API key the request carried in the error message, as some providers do."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown behaviour {self.kind!r}; one of {KINDS}")
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: Any
+    raw: bytes
+    client_port: int
+    at: float
+    """time.monotonic() when the request was read."""
+    behaviour: Behaviour
+    usage: tuple[int, int] | None = None
+    """(input, output) tokens reported back, for a successful reply."""
+    markers: list[str] = field(default_factory=list)
+
+
+def summary_text(markers: list[str], extra: str = "") -> str:
+    who = ", ".join(markers) or "no marker"
+    return (
+        f"## User Intent\nFix the parser for {who}.\n\n"
+        "## Execution Progress\n- Edited src/parser.py\n\n"
+        "## Key Decisions\n- Use a state machine\n\n"
+        "## Tried Solutions\n- A regex: failed on nested quotes\n\n"
+        "## Next Steps\nRun the tests\n\n"
+        f"## Summary\nThe agent worked on the parser for {who}.{extra}"
+    )
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+    server: "_Server"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        behaviour = fake._next()
+        record = Recorded(
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+            raw=raw,
+            client_port=self.client_address[1],
+            at=time.monotonic(),
+            behaviour=behaviour,
+            markers=sorted(set(MARKER.findall(raw.decode("utf-8", "replace")))),
+        )
+        fake._enter(record)
+        try:
+            if behaviour.delay and fake._stop.wait(behaviour.delay):
+                return
+            if self.path.endswith("/chat/completions"):
+                self._answer(behaviour, record, anthropic=False)
+            elif self.path.endswith("/messages"):
+                self._answer(behaviour, record, anthropic=True)
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+        finally:
+            fake._leave()
+
+    def _answer(self, b: Behaviour, record: Recorded, anthropic: bool) -> None:
+        if b.kind == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        if b.kind == "status":
+            headers = {"retry-after": b.retry_after} if b.retry_after is not None else {}
+            message = f"fake status {b.status}"
+            if b.echo_key:
+                key = record.headers.get("x-api-key") or record.headers.get("authorization", "").removeprefix("Bearer ")
+                message += f": incorrect API key provided: {key}"
+            if anthropic:
+                error = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+            else:
+                error = {"error": {"message": message, "type": "server_error"}}
+            self._send(b.status, error, headers)
+            return
+        if b.kind == "malformed":
+            self._send_raw(200, b'{"id": "x", "choices": [{"message": {"content": "## User')
+            return
+        if b.kind == "missing":
+            self._send(200, {"id": "x", "object": "chat.completion"} if not anthropic else {"id": "x", "type": "message"})
+            return
+        text = summary_text(record.markers)
+        if b.kind == "empty":
+            text = ""
+        elif b.kind == "oversized":
+            text = summary_text(record.markers, " " + "lorem ipsum " * (b.size // 12))
+        tokens_in, tokens_out = len(record.raw) // 4, len(text) // 4
+        record.usage = (tokens_in, tokens_out)
+        model = (record.body or {}).get("model", "fake-model") if isinstance(record.body, dict) else "fake-model"
+        if anthropic:
+            payload = {
+                "id": "msg_fake",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": text}] if text else [],
+                "stop_reason": "max_tokens" if b.kind == "length" else "end_turn",
+                "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
+            }
+        else:
+            payload = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "length" if b.kind == "length" else "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out},
+            }
+        self._send(200, payload)
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        self._send_raw(status, json.dumps(payload).encode(), headers)
+
+    def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 256  # many sessions connect at once
+    fake: "FakeProvider"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:  # resets are deliberate
+        pass
+
+
+class FakeProvider:
+    """The server; a context manager that starts it on a free port and stops it."""
+
+    def __init__(self) -> None:
+        self.default = Behaviour()
+        self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self._queue: list[Behaviour] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the server is not running"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def push(self, *behaviours: Behaviour) -> None:
+        """Queue behaviours for the next requests, in order."""
+        with self._lock:
+            self._queue.extend(behaviours)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+            self.default = Behaviour()
+            self.peak_in_flight = 0
+
+    def _next(self) -> Behaviour:
+        with self._lock:
+            return self._queue.pop(0) if self._queue else self.default
+
+    def _enter(self, record: Recorded) -> None:
+        with self._lock:
+            self.requests.append(record)
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def start(self) -> "FakeProvider":
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.fake = self
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="fake-provider", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "FakeProvider":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def stalled_listener() -> Iterator[str]:
+    """A base URL on 127.0.0.1 whose TCP connect never completes: a socket that listens with a
+    full backlog and never accepts, so new connection attempts hang (a connect timeout)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        # The first filler fills the accept queue; wait until its handshake is done, so that
+        # the next attempt (the client under test) is the one that hangs.
+        select.select([], fillers[:1], [], 2.0)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        for filler in fillers:
+            filler.close()
+        server.close()
+
+
+# --- driving compactions against the server (shared by tests and benchmarks) -------------------
+
+FAST_RETRIES = {
+    "backoff_base": 0.01,
+    "backoff_max": 0.05,
+    "max_attempts": 3,
+    "timeout": {"connect": 2.0, "read": 5.0},
+    "deadline": 30.0,
+}
+"""Retry settings that keep fault tests fast."""
+
+FULL_ROUNDS = 17
+"""Rounds of :func:`synthetic_history` that put a 2000-token window at about 82 % (Full)."""
+SOFT_ROUNDS = 15
+"""About 72 % of a 2000-token window (Soft)."""
+
+
+def synthetic_history(marker: str, rounds: int, result_chars: int = 300) -> list[dict[str, Any]]:
+    """A coding-agent history: the user's request naming ``marker``, then ``rounds`` tool calls
+    with their results (each about 94 tokens), then a last assistant message."""
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {
+            "role": "user",
+            "content": f"Please fix the parser bug for {marker}: nested quotes break tokenize() in src/parser.py.",
+        },
+    ]
+    for i in range(rounds):
+        arguments = json.dumps({"command": f"pytest tests/test_parser.py -k case_{i}"})
+        history.append(
+            {
+                "role": "assistant",
+                "content": f"Step {i}: checking.",
+                "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}],
+            }
+        )
+        output = (f"case {i} output line\n" * 200)[:result_chars]
+        history.append({"role": "tool", "tool_call_id": f"call_{i}", "content": output})
+    history.append({"role": "assistant", "content": "Next I will run the whole suite."})
+    return history
+
+
+def compactor_settings(
+    base_url: str, protocol: str, directory: Any, *, context_window: int = 2000, **block: Any
+) -> dict[str, Any]:
+    """Keyword arguments for ``ProgressiveCompactor("default", **settings)`` that select the
+    ``summarize-{protocol}`` plugin against ``base_url`` and keep every file under ``directory``."""
+    name = f"summarize-{protocol}"
+    return {
+        "context_window": context_window,
+        "plugins": {"summarizer": name},
+        "config": {
+            name: {"base_url": base_url, "api_key_env": None, **FAST_RETRIES, **block},
+            "offload-files": {"root": str(directory) + "/offload"},
+            "store-jsonl": {"directory": str(directory) + "/records"},
+        },
+    }

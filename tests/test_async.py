@@ -1,0 +1,121 @@
+"""The async API against a real local HTTP server: many sessions at once through one compactor
+(one pooled ``httpx.AsyncClient``), each getting its own summary, every view valid."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from fake_provider import FULL_ROUNDS, MARKER, Behaviour, FakeProvider, compactor_settings, synthetic_history
+from progressive_compactor import AsyncSession, CompactionTier, ProgressiveCompactor
+from progressive_compactor.messages import message_from_dict, view_problems
+
+SESSIONS = 50
+
+
+@pytest.fixture
+def fake():
+    with FakeProvider() as server:
+        yield server
+
+
+def marker(i: int) -> str:
+    return f"SESSION-MARKER-n{i}x"
+
+
+def valid(view: list[dict]) -> bool:
+    return view_problems([message_from_dict(m, i) for i, m in enumerate(view)]) == []
+
+
+async def compact_all(compactor: ProgressiveCompactor, count: int):
+    histories = {f"session-{i}": synthetic_history(marker(i), FULL_ROUNDS) for i in range(count)}
+    results = await asyncio.gather(*(compactor.acompact_with_record(h, sid) for sid, h in histories.items()))
+    return dict(zip(histories, results))
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_fifty_sessions_each_get_their_own_summary(fake, tmp_path, protocol):
+    fake.default = Behaviour(delay=0.05)  # hold each reply so that the requests overlap
+
+    async def main():
+        async with ProgressiveCompactor("default", **compactor_settings(fake.base_url, protocol, tmp_path)) as compactor:
+            return await compact_all(compactor, SESSIONS)
+
+    results = asyncio.run(main())
+
+    assert len(fake.requests) == SESSIONS
+    assert fake.peak_in_flight > 1  # the sessions really were summarized concurrently
+    assert all(len(r.markers) == 1 for r in fake.requests)  # each prompt holds one session only
+    for i, (sid, (view, record)) in enumerate(sorted(results.items(), key=lambda kv: int(kv[0].split("-")[1]))):
+        own = marker(i)
+        assert record.session_id == sid
+        assert record.tier is CompactionTier.FULL and record.error == ""
+        assert set(MARKER.findall(record.summary_text)) == {own}
+        compaction = view[1]["content"]
+        assert "[Context Compaction]" in compaction
+        assert set(MARKER.findall(compaction)) == {own}
+        assert record.summarizer_tokens_in > 0 and record.summarizer_tokens_out > 0
+        assert valid(view)
+    usage = {r.markers[0]: r.usage for r in fake.requests}
+    for i, (_, (_, record)) in enumerate(sorted(results.items(), key=lambda kv: int(kv[0].split("-")[1]))):
+        assert (record.summarizer_tokens_in, record.summarizer_tokens_out) == usage[marker(i)]
+
+
+def test_concurrent_failures_all_fall_back_validly(fake, tmp_path):
+    fake.default = Behaviour("status", status=503)
+    count = 20
+
+    async def main():
+        async with ProgressiveCompactor("default", **compactor_settings(fake.base_url, "openai", tmp_path)) as compactor:
+            return await compact_all(compactor, count)
+
+    results = asyncio.run(main())
+    for view, record in results.values():
+        assert record.tier is CompactionTier.EMERGENCY
+        assert "HTTP 503 Service Unavailable" in record.error and "gave up after 3 attempts" in record.error
+        assert valid(view)
+    assert len(fake.requests) == count * 3  # max_attempts each
+
+
+def test_async_session_compacts_incrementally(fake, tmp_path):
+    async def main():
+        compactor = ProgressiveCompactor("default", **compactor_settings(fake.base_url, "anthropic", tmp_path))
+        async with compactor:
+            session = AsyncSession(compactor, "async-session")
+            session.extend(synthetic_history("SESSION-MARKER-as", FULL_ROUNDS))
+            first = await session.view()
+            after_first = len(fake.requests)
+            session.append({"role": "user", "content": "Also run the linter."})
+            second = await session.view()  # a small step: no new summary needed
+            forced = await session.compact_now()
+        return session, first, second, forced, after_first
+
+    session, first, second, forced, after_first = asyncio.run(main())
+    assert after_first == 1
+    assert len(fake.requests) == 1  # neither the small step nor the forced compaction called the LLM
+    assert [r.tier for r in session.records] == [CompactionTier.FULL, CompactionTier.NONE]
+    assert re.search("SESSION-MARKER-as", first[1]["content"])
+    assert second[-1]["content"] == "Also run the linter."
+    assert all(valid(v) for v in (first, second, forced))
+
+
+def test_sync_and_async_give_the_same_view(fake, tmp_path):
+    history = synthetic_history("SESSION-MARKER-same", FULL_ROUNDS)
+    settings = compactor_settings(fake.base_url, "openai", tmp_path)
+    with ProgressiveCompactor("default", **settings) as sync_compactor:
+        sync_view, sync_record = sync_compactor.compact_with_record(history, "same")
+
+    async def main():
+        async with ProgressiveCompactor("default", **settings) as compactor:
+            return await compactor.acompact_with_record(history, "same")
+
+    async_view, async_record = asyncio.run(main())
+    assert async_view == sync_view
+    assert (async_record.tier, async_record.summarized, async_record.tokens_after) == (
+        sync_record.tier,
+        sync_record.summarized,
+        sync_record.tokens_after,
+    )
+    assert fake.requests[0].body == fake.requests[1].body
