@@ -1,0 +1,67 @@
+"""Helpers shared by the CLI and report tests: a temp config, a synthetic session, the corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CORPUS_FILE = "msa__django__django-11049__deepseek-chat-test-1-100.jsonl"
+NOTICE = re.compile(
+    r"⚡ Context compressed \[(Warn|Soft|Full|Emergency)\] [0-9.]+[KM]?->[0-9.]+[KM]? tokens "
+    r"\(\d+% compression ratio\)\n"
+    r"   \d+ anchors \| \d+ offload\([0-9.]+(?:B|KB|MB)\) \| \d+ summarized \| tail: \d+ preserved"
+)
+"""Seed 5.4's two lines, exactly (one space, arrows without spaces, three-space indent)."""
+ANSI = re.compile(r"\x1b\[")
+
+
+def corpus_file(name: str = CORPUS_FILE) -> Path:
+    env = os.environ.get("COMPACTOR_CORPUS")
+    folder = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "corpus"
+    path = folder / name
+    if not path.is_file():
+        pytest.skip(f"corpus file {path} not found: set COMPACTOR_CORPUS to the corpus folder")
+    return path
+
+
+def write_config(tmp_path: Path, context_window: int = 8000, **extra: Any) -> Path:
+    """A config whose offloads, records and state all live under ``tmp_path``."""
+    lines = [
+        f"context_window: {context_window}",
+        "plugins: {state: state-files}",
+        "config:",
+        f"  offload-files: {{root: '{tmp_path / 'tool_results'}'}}",
+        f"  store-jsonl: {{directory: '{tmp_path / 'records'}'}}",
+        f"  state-files: {{directory: '{tmp_path / 'state'}'}}",
+    ]
+    lines += [f"{k}: {json.dumps(v)}" for k, v in extra.items()]
+    path = tmp_path / "compactor.yaml"
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    return path
+
+
+def synthetic_history(rounds: int = 12) -> list[dict[str, Any]]:
+    """An agent session: tool results of ~3,000 characters, every third one ~6,000 (offloadable)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test in app/models.py"},
+    ]
+    for i in range(rounds):
+        size = 120 if i % 3 else 300
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"cat file{i}.py"})}}
+        messages.append({"role": "assistant", "content": f"Looking at file{i}.py", "tool_calls": [call]})
+        messages.append(
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": "\n".join(f"line {j} of file{i}.py" for j in range(size))}
+        )
+    messages.append({"role": "assistant", "content": "Fixed."})
+    return messages
+
+
+def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages), "utf-8")
+    return path

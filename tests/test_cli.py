@@ -1,0 +1,573 @@
+"""The ``compactor`` command, run for real: click's runner in-process, and a few real subprocesses.
+
+Every file root points at ``tmp_path`` through a temporary config YAML (tests/cli_helpers.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_config, write_jsonl
+from progressive_compactor import cli as cli_mod
+from progressive_compactor.cli import main, parse_duration, parse_line_range
+from progressive_compactor.messages import messages_from_dicts, view_problems
+from progressive_compactor.models import Anchor, AnchorType, CompactionRecord, CompactionTier, OffloadEntry
+from progressive_compactor.notification import notification
+from progressive_compactor.plugin_manager import BUILTIN_PLUGINS, PluginInfo
+from progressive_compactor.plugins.store_jsonl import read_records
+from progressive_compactor.report import changed_view
+
+
+def runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)  # click < 8.2 mixes stderr into output by default
+    except TypeError:
+        return CliRunner()
+
+
+def run(*args: Any, input: str | None = None, env: dict[str, str] | None = None) -> Any:
+    return runner().invoke(main, [str(a) for a in args], input=input, env=env)
+
+
+def one_error_line(result: Any) -> str:
+    """The command failed with exactly one ``error: ...`` line on stderr and no traceback."""
+    assert result.exit_code != 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def subprocess_run(*args: Any, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("compactor")
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "progressive_compactor.cli"]
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("FORCE_COLOR", None)
+    return subprocess.run(
+        command + [str(a) for a in args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    return write_config(tmp_path)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "sess.jsonl", synthetic_history())
+
+
+def stored_records(tmp_path: Path, sid: str) -> list[CompactionRecord]:
+    return list(read_records(tmp_path / "records" / f"{sid}.jsonl"))
+
+
+# --- conventions ------------------------------------------------------------------------------
+
+
+def _all_commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        out.append(path + (name,))
+        if isinstance(command, click.Group):
+            out += _all_commands(command, path + (name,))
+    return out
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    commands = _all_commands(main)
+    assert {("compact",), ("replay",), ("records",), ("show",), ("plugins",), ("config", "check"), ("config", "show"), ("gc",), ("report",)} <= set(commands)
+    for path in [(), *commands]:
+        result = run(*path, "--help")
+        assert result.exit_code == 0, (path, result.output)
+        assert "Example: compactor" in result.stdout, path
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("compactor, version ")
+
+
+def test_unknown_command_and_option_are_one_line_usage_errors() -> None:
+    assert "No such command 'nope'" in one_error_line(run("nope"))
+    result = run("replay", "--frobnicate")
+    assert result.exit_code == 2
+    assert "--frobnicate" in one_error_line(result)
+
+
+def test_seed_notification_format_exactly() -> None:
+    """Seed 5.4's example, reproduced from a record with the same numbers."""
+    entries = tuple(
+        OffloadEntry(tool_call_id=f"c{i}", handle=f"s/c{i}", path="", chars=14_000, lines=1, sha256="") for i in range(3)
+    )
+    record = CompactionRecord(
+        id="r", session_id="s", timestamp="", tier=CompactionTier.FULL, tokens_before=45_213, tokens_after=8_100,
+        msgs_before=40, msgs_after=8, anchors=tuple(Anchor(t) for t in AnchorType), offloaded=entries,
+        summarized=28, preserved_tail=6, compression_ratio=0.8209,
+    )
+    assert notification(record) == (
+        "⚡ Context compressed [Full] 45.2K->8.1K tokens (82% compression ratio)\n"
+        "   5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved"
+    )
+    assert NOTICE.fullmatch(notification(record))
+
+
+# --- compact ----------------------------------------------------------------------------------
+
+
+def test_compact_writes_a_valid_view_and_the_exact_notice(tmp_path: Path, cfg: Path, session: Path) -> None:
+    result = run("compact", session, "-c", cfg)
+    assert result.exit_code == 0, result.output
+    view = [json.loads(line) for line in result.stdout.splitlines()]
+    assert view[0]["role"] == "system" and len(view) < len(synthetic_history())
+    assert view_problems(messages_from_dicts(view)) == []
+    (record,) = stored_records(tmp_path, "sess")
+    assert result.stderr == notification(record) + "\n"
+    assert NOTICE.fullmatch(result.stderr.rstrip("\n"))
+
+
+def test_compact_reads_json_array_and_stdin_alike(tmp_path: Path, cfg: Path, session: Path) -> None:
+    history = synthetic_history()
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps(history, indent=2), "utf-8")
+    from_jsonl = run("compact", session, "-c", cfg, "-s", "a")
+    from_array = run("compact", array, "-c", cfg, "-s", "b")
+    from_stdin = run("compact", "-", "-c", cfg, "-s", "c", input=session.read_text("utf-8"))
+    assert from_jsonl.exit_code == from_array.exit_code == from_stdin.exit_code == 0
+    views = [re.sub(r"\b[abc]/call_", "s/call_", r.stdout) for r in (from_jsonl, from_array, from_stdin)]
+    assert views[0] == views[1] == views[2]  # the same view, handles aside (they name the session)
+
+
+def test_compact_json_and_output_file(tmp_path: Path, cfg: Path, session: Path) -> None:
+    out = tmp_path / "view.json"
+    result = run("compact", session, "-c", cfg, "--json", "-o", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text("utf-8"))
+    assert set(data) == {"view", "record"}
+    assert data["record"]["tier"] in ("warn", "soft", "full", "emergency")
+    assert data["record"]["tokens_after"] < data["record"]["tokens_before"]
+
+
+def test_missing_file(cfg: Path) -> None:
+    assert one_error_line(run("compact", "nope.jsonl", "-c", cfg)) == "error: nope.jsonl: no such file"
+
+
+def test_invalid_json_names_the_line(tmp_path: Path, cfg: Path) -> None:
+    lines = [json.dumps(m) for m in synthetic_history()[:4]]
+    lines[2] = lines[2][:-5]  # a line cut short
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n", "utf-8")
+    line = one_error_line(run("compact", bad, "-c", cfg))
+    assert line.startswith(f"error: {bad}: invalid JSON on line 3, column ")
+
+
+def test_wrong_role_names_line_and_message(tmp_path: Path, cfg: Path) -> None:
+    messages = synthetic_history()[:3]
+    messages[1] = {"role": "bot", "content": "hi"}
+    bad = write_jsonl(tmp_path / "roles.jsonl", messages)
+    (tmp_path / "blank-first.jsonl").write_text("\n" + bad.read_text("utf-8"), "utf-8")
+    line = one_error_line(run("compact", bad, "-c", cfg))
+    assert line.startswith(f"error: {bad}: line 2 (message 1): role 'bot' is not one of")
+    shifted = one_error_line(run("compact", tmp_path / "blank-first.jsonl", "-c", cfg))
+    assert ": line 3 (message 1): role 'bot'" in shifted
+
+
+def test_tool_message_without_id_and_empty_file(tmp_path: Path, cfg: Path) -> None:
+    bad = write_jsonl(tmp_path / "tool.jsonl", [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}])
+    assert "line 2 (message 1): a tool message needs a tool_call_id" in one_error_line(run("compact", bad, "-c", cfg))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n", "utf-8")
+    assert one_error_line(run("compact", empty, "-c", cfg)) == f"error: {empty}: no messages"
+
+
+@pytest.mark.parametrize(
+    "make_config, expected",
+    [
+        (lambda d: d, "cannot read config file: Is a directory"),
+        (lambda d: (d / "bin.yaml", (d / "bin.yaml").write_bytes(b"\xff\xfe\x00"))[0], "cannot read config file: 'utf-8' codec"),
+        (lambda d: d / "missing.yaml", "cannot read config file: No such file or directory"),
+        (lambda d: (d / "y.yaml", (d / "y.yaml").write_text("a: [1\n"))[0], "invalid YAML at line 2"),
+    ],
+    ids=["directory", "not-utf8", "missing", "bad-yaml"],
+)
+def test_unreadable_config(tmp_path: Path, session: Path, make_config: Any, expected: str) -> None:
+    config = make_config(tmp_path)
+    line = one_error_line(run("replay", session, "-c", config))
+    assert expected in line and str(config) in line
+
+
+def test_debug_shows_the_traceback(cfg: Path) -> None:
+    plain = run("show", "nobody/nothing", "-c", cfg)
+    one_error_line(plain)
+    debug = run("--debug", "show", "nobody/nothing", "-c", cfg)
+    assert debug.exit_code == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.rstrip().splitlines()[-1] == "error: no offloaded tool result has the handle 'nobody/nothing'"
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+def test_replay_prints_each_compaction_and_a_summary(tmp_path: Path, cfg: Path, session: Path) -> None:
+    keep = tmp_path / "kept"
+    result = run("replay", session, "-c", cfg, "--keep", keep)
+    assert result.exit_code == 0, result.output
+    assert not ANSI.search(result.stdout)  # not a terminal: no escape codes at all
+    records = list(read_records(keep / "records" / "sess.jsonl"))
+    changed = [r for r in records if changed_view(r)]
+    assert changed, "the synthetic session must compact at 8,000 tokens"
+    notices = [m.group(0) for m in NOTICE.finditer(result.stdout)]
+    assert notices == [notification(r) for r in changed]
+    turns = sum(1 for i, m in enumerate(synthetic_history()) if i and m["role"] == "assistant")
+    table = result.stdout[result.stdout.index("Replay summary"):]
+    assert "│ turns " in table and f" {turns} │" in table
+    for label in ("turns at tier Soft", "peak view tokens", "total input tokens sent", "overflows", "offloads", "summarizer calls"):
+        assert label in table
+    assert f"compactor records {keep / 'records' / 'sess.jsonl'}" in result.stdout
+
+
+def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: Path) -> None:
+    other = write_jsonl(tmp_path / "other.jsonl", synthetic_history(rounds=3))
+    result = run("replay", session, other, "-c", cfg, "--json")
+    assert result.exit_code == 0, result.output
+    objects = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [o["session"] for o in objects] == ["sess", "other"]
+    big, small = objects
+    assert big["turns"] == sum(big["tiers"].values()) == 13
+    assert big["compactions"] == big["turns"] - big["tiers"]["none"] > 0
+    assert big["peak_view_tokens"] <= big["context_window"] == 8000
+    assert big["total_input_tokens"] > big["peak_view_tokens"]
+    assert small["compactions"] == 0 and small["offloads"] == 0
+    assert set(big["retention"]) == {"request", "artifacts", "errors", "next_step"}
+    assert all(r is None or 0 <= r <= 1 for r in big["retention"].values())
+    assert "⚡" not in result.stdout
+
+
+def test_replay_leaves_nothing_behind_without_keep(tmp_path: Path, session: Path) -> None:
+    """The default config writes offloads under the working folder; a replay uses a temporary one."""
+    work = tmp_path / "work"
+    work.mkdir()
+    result = subprocess_run("replay", session, "-w", "8000", "--json", cwd=work, env={"HOME": str(tmp_path / "home")})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["offloads"] > 0
+    assert list(work.iterdir()) == [] and not (tmp_path / "home").exists()
+
+
+@pytest.mark.corpus
+def test_replay_corpus_subprocess(tmp_path: Path, cfg: Path) -> None:
+    source = corpus_file()
+    messages = [json.loads(line) for line in source.read_text("utf-8").splitlines() if line.strip()]
+    result = subprocess_run("replay", source, "-c", cfg, "-w", "16000", cwd=tmp_path, env={"NO_COLOR": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no progress bar when stderr is not a terminal
+    assert not ANSI.search(result.stdout)
+    assert NOTICE.search(result.stdout)
+    turns = sum(1 for i, m in enumerate(messages) if i and m["role"] == "assistant")
+    assert f" {turns} │" in result.stdout
+    as_json = subprocess_run("replay", source, "-c", cfg, "-w", "16000", "--json", cwd=tmp_path)
+    data = json.loads(as_json.stdout)
+    assert data["turns"] == turns and data["overflows"] == 0 and data["invalid_views"] == 0
+    assert len(NOTICE.findall(result.stdout)) == data["view_changing_compactions"]
+
+
+def test_compact_subprocess_error_is_one_line(tmp_path: Path) -> None:
+    result = subprocess_run("compact", "missing.jsonl", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == "error: missing.jsonl: no such file\n" and result.stdout == ""
+
+
+# --- colour -----------------------------------------------------------------------------------
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty, no_color, coloured", [(True, False, True), (True, True, False), (False, False, False)])
+def test_colour_follows_no_color_and_tty(monkeypatch: pytest.MonkeyPatch, tty: bool, no_color: bool, coloured: bool) -> None:
+    from progressive_compactor.cli_render import make_console
+
+    monkeypatch.setenv("FORCE_COLOR", "1")  # must not colour a pipe
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+    else:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    stream = _Tty() if tty else io.StringIO()
+    make_console(stream).print("[red]alert[/red]")
+    assert ("\x1b[31m" in stream.getvalue()) is coloured
+    if not tty:
+        assert not ANSI.search(stream.getvalue())
+
+
+# --- records, show ----------------------------------------------------------------------------
+
+
+def test_records_by_session_id_and_by_file(tmp_path: Path, cfg: Path, session: Path) -> None:
+    assert run("compact", session, "-c", cfg).exit_code == 0
+    by_id = run("records", "sess", "-c", cfg)
+    assert by_id.exit_code == 0, by_id.output
+    assert "1 records in" in by_id.stdout and "Emergency" in by_id.stdout
+    path = tmp_path / "records" / "sess.jsonl"
+    raw = run("records", path, "--json")
+    assert [json.loads(line)["session_id"] for line in raw.stdout.splitlines()] == ["sess"]
+
+
+def test_records_skips_a_torn_last_line_with_a_warning(tmp_path: Path, cfg: Path, session: Path) -> None:
+    assert run("compact", session, "-c", cfg).exit_code == 0
+    path = tmp_path / "records" / "sess.jsonl"
+    whole = path.read_text("utf-8")
+    path.write_text(whole + whole[: len(whole) // 2], "utf-8")  # a crash mid-write
+    result = run("records", path, "--json")
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == 1
+    assert "warning:" in result.stderr and "torn last line" in result.stderr
+
+
+def test_records_errors(tmp_path: Path, cfg: Path) -> None:
+    line = one_error_line(run("records", "no-such-session", "-c", cfg))
+    assert "no records for session 'no-such-session'" in line and str(tmp_path / "records") in line
+    assert one_error_line(run("records", tmp_path / "x.jsonl")) == f"error: {tmp_path / 'x.jsonl'}: no such file"
+    none = tmp_path / "none.yaml"
+    none.write_text("plugins: {stores: []}\n", "utf-8")
+    assert "needs the store-jsonl plugin" in one_error_line(run("records", "sess", "-c", none))
+
+
+def test_show_whole_and_line_range(tmp_path: Path, cfg: Path, session: Path) -> None:
+    assert run("compact", session, "-c", cfg).exit_code == 0
+    (record,) = stored_records(tmp_path, "sess")
+    entry = record.offloaded[0]
+    original = next(m["content"] for m in synthetic_history() if m.get("tool_call_id") == entry.tool_call_id)
+    whole = run("show", entry.handle, "-c", cfg)
+    assert whole.exit_code == 0 and whole.stdout == original + "\n"
+    part = run("show", entry.handle, "-c", cfg, "--lines", "2:4")
+    assert part.stdout.splitlines() == original.splitlines()[1:4]
+    as_json = json.loads(run("show", entry.handle, "-c", cfg, "--lines", "3:", "--json").stdout)
+    assert as_json["text"].splitlines() == original.splitlines()[2:] and as_json["lines"] == [3, None]
+    assert run("show", entry.handle, "-c", cfg, "--lines", "9:2").exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "text, expected", [("2:4", (2, 4)), ("7", (7, 7)), (":3", (1, 3)), ("5:", (5, sys.maxsize)), (None, None)]
+)
+def test_parse_line_range(text: str | None, expected: Any) -> None:
+    assert parse_line_range(text) == expected
+
+
+@pytest.mark.parametrize("text", ["a:b", ":", "0:3", "4:2", "1:2:3"])
+def test_parse_line_range_rejects(text: str) -> None:
+    with pytest.raises(click.BadParameter):
+        parse_line_range(text)
+
+
+# --- plugins ----------------------------------------------------------------------------------
+
+
+def test_plugins_lists_hooks_and_selection(cfg: Path) -> None:
+    result = run("plugins", "-c", cfg, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert set(BUILTIN_PLUGINS) <= set(rows)
+    assert rows["tier-soft"]["hooks"] == ["apply_tier"]
+    assert {"offload", "read_offloaded", "on_delete_session"} <= set(rows["offload-files"]["hooks"])
+    assert rows["summarize-extractive"]["selected"] == ["summarizer"]
+    assert rows["state-files"]["selected"] == ["state"] and rows["state-memory"]["selected"] == []
+    assert rows["store-jsonl"]["selected"] == ["store"]
+    assert rows["tokens-chars"]["distribution"] == "progressive-compactor"
+    table = run("plugins", "-c", cfg)
+    assert "summarize-extractive" in table.stdout and "summarizer" in table.stdout
+
+
+def test_a_broken_plugin_shows_its_error(monkeypatch: pytest.MonkeyPatch, cfg: Path) -> None:
+    from progressive_compactor import plugin_manager
+
+    real = plugin_manager.installed_plugins()
+    broken = PluginInfo(name="broken-thing", distribution="broken-dist", version="9.9", value="no_such_module_xyz:Plugin")
+    monkeypatch.setattr(plugin_manager, "installed_plugins", lambda: {**real, "broken-thing": broken})
+    result = run("plugins", "-c", cfg, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert "failed to import" in rows["broken-thing"]["error"] and "no_such_module_xyz" in rows["broken-thing"]["error"]
+    assert rows["tier-full"]["error"] is None
+
+
+# --- config -----------------------------------------------------------------------------------
+
+
+def test_config_check_ok(cfg: Path) -> None:
+    result = run("config", "check", cfg)
+    assert result.exit_code == 0 and result.stdout == f"{cfg}: OK\n"
+    assert run("config", "check", "default").exit_code == 0
+
+
+def test_config_check_reports_every_problem_with_its_path(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "plugins: {summarizer: summarize-nope}\n"
+        "config:\n"
+        "  offload-files: {rooot: x, preview_lines: ten}\n"
+        "  policy-thresholds: {warn: 0.9, soft: 0.5}\n"
+        "  store-jsonl: {directory: 5}\n"
+        "  state-files: {}\n",
+        "utf-8",
+    )
+    result = run("config", "check", bad)
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert all(line.startswith(f"{bad}: ") and " @ $" in line for line in lines)
+    paths = {line.rsplit(" @ ", 1)[1].split(";")[0] for line in lines}
+    assert paths == {
+        "$.plugins.summarizer",
+        "$.config.state-files",
+        "$.config.policy-thresholds",
+        "$.config.offload-files.preview_lines",
+        "$.config.offload-files",
+        "$.config.store-jsonl.directory",
+    }
+    assert result.stderr == f"error: 6 problems in {bad}\n"
+    as_json = json.loads(run("config", "check", bad, "--json").stdout)
+    assert as_json["ok"] is False and len(as_json["problems"]) == 6
+
+
+def test_config_check_unreadable(tmp_path: Path) -> None:
+    result = run("config", "check", tmp_path)
+    assert result.exit_code == 1 and "cannot read config file" in result.stdout
+
+
+def test_config_show_fills_defaults(cfg: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load(run("config", "show", cfg).stdout)
+    assert data["context_window"] == 8000 and data["min_tail_messages"] == 6
+    assert data["config"]["offload-files"]["preview_chars"] == 1500  # a plugin default, not in the file
+    assert data["config"]["policy-thresholds"]["soft"] == 0.7
+    assert data["pricing"]["input"] > 0
+    assert json.loads(run("config", "show", cfg, "--json").stdout) == data
+
+
+def test_config_show_never_prints_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-value-1234")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-value-5678")
+    for name in ("openai", "anthropic"):
+        result = run("config", "show", name)
+        if result.exit_code != 0 and "cannot read" in result.stderr:
+            continue  # bundled config not shipped yet
+        assert result.exit_code == 0, result.output
+        assert "secret-value" not in result.stdout
+        assert "_API_KEY" in result.stdout  # the variable's name is shown, never its value
+    masked = cli_mod._masked({"api_key": "sk-1", "api_key_env": "OPENAI_API_KEY", "max_tokens": 5, "tokens": "tokens-chars", "nested": [{"password": "p"}]})
+    assert masked == {"api_key": "***", "api_key_env": "OPENAI_API_KEY", "max_tokens": 5, "tokens": "tokens-chars", "nested": [{"password": "***"}]}
+
+
+# --- gc ---------------------------------------------------------------------------------------
+
+
+def _session_paths(tmp_path: Path, sid: str) -> list[Path]:
+    return [tmp_path / "tool_results" / sid, tmp_path / "records" / f"{sid}.jsonl", tmp_path / "state" / f"{sid}.json"]
+
+
+def test_gc_session_cascades(tmp_path: Path, cfg: Path, session: Path) -> None:
+    assert run("compact", session, "-c", cfg).exit_code == 0
+    paths = _session_paths(tmp_path, "sess")
+    assert all(p.exists() for p in paths)
+    result = run("gc", "sess", "-c", cfg)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "removed session sess"
+    assert not any(p.exists() for p in paths)
+    assert all(str(p) in result.stdout for p in paths)
+
+
+def _age(paths: list[Path], seconds: float) -> None:
+    when = time.time() - seconds
+    for path in paths:
+        for p in [path, *(path.rglob("*") if path.is_dir() else [])]:
+            os.utime(p, (when, when))
+
+
+def test_gc_older_than(tmp_path: Path, cfg: Path, session: Path) -> None:
+    for sid in ("old", "new"):
+        assert run("compact", session, "-c", cfg, "-s", sid).exit_code == 0
+    _age(_session_paths(tmp_path, "old"), 8 * 86400)
+    _age(_session_paths(tmp_path, "new"), 8 * 86400)
+    os.utime(tmp_path / "records" / "new.jsonl")  # one recent file keeps the whole session
+    dry = run("gc", "--older-than", "7d", "-c", cfg, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    plan = json.loads(dry.stdout)
+    assert plan["dry_run"] is True and [r["session"] for r in plan["removed"]] == ["old"]
+    assert all(p.exists() for p in _session_paths(tmp_path, "old"))
+    real = run("gc", "--older-than", "7d", "-c", cfg)
+    assert real.exit_code == 0 and "removed session old" in real.stdout
+    assert not any(p.exists() for p in _session_paths(tmp_path, "old"))
+    assert all(p.exists() for p in _session_paths(tmp_path, "new"))
+
+
+def test_gc_arguments(cfg: Path) -> None:
+    assert "either SESSION or --older-than" in one_error_line(run("gc", "-c", cfg))
+    assert run("gc", "s", "--older-than", "1d", "-c", cfg).exit_code == 2
+    assert "expected a duration" in one_error_line(run("gc", "--older-than", "soon", "-c", cfg))
+
+
+@pytest.mark.parametrize("text, seconds", [("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("2w", 14 * 86400), ("1d12h", 129600), ("45s", 45)])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+# --- the optional ab group --------------------------------------------------------------------
+
+
+def test_lazy_ab_group(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "fake_ab_ok.py").write_text(
+        "import click\n@click.group()\ndef ab():\n    '''A/B.\n\n    Example: compactor ab run\n    '''\n"
+        "@ab.command()\ndef run():\n    click.echo('ab ran')\n",
+        "utf-8",
+    )
+    (tmp_path / "fake_ab_broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    monkeypatch.setattr(cli_mod, "LAZY_COMMANDS", {"ab": ("fake_ab_missing_module", "ab")})
+    assert "\n  ab " not in run("--help").stdout
+    assert run("ab").exit_code == 2
+
+    monkeypatch.setattr(cli_mod, "LAZY_COMMANDS", {"ab": ("fake_ab_ok", "ab")})
+    assert "\n  ab " in run("--help").stdout
+    assert run("ab", "run").stdout == "ab ran\n"
+
+    monkeypatch.setattr(cli_mod, "LAZY_COMMANDS", {"ab": ("fake_ab_broken", "ab")})
+    assert run("--version").exit_code == 0  # the rest of the CLI still works
+    assert "failed to load: RuntimeError: boom at import" in one_error_line(run("ab"))
+
+
+def test_replay_many_sessions_one_row_each_with_totals(tmp_path: Path, cfg: Path, session: Path) -> None:
+    small = [write_jsonl(tmp_path / f"s{i}.jsonl", synthetic_history(rounds=2 + i)) for i in range(2)]
+    as_json = [json.loads(line) for line in run("replay", session, *small, "-c", cfg, "--json").stdout.splitlines()]
+    result = run("replay", session, *small, "-c", cfg)
+    assert result.exit_code == 0, result.output
+    totals = next(line for line in result.stdout.splitlines() if "3 sessions" in line).split()
+    assert totals[2] == f"{sum(o['turns'] for o in as_json):,}"
+    assert totals[3] == "/".join(str(sum(o["tiers"][t] for o in as_json)) for t in ("warn", "soft", "full", "emergency"))
+
+
+def test_replay_again_into_the_same_keep_folder_starts_afresh(tmp_path: Path, cfg: Path, session: Path) -> None:
+    keep = tmp_path / "kept"
+    first = json.loads(run("replay", session, "-c", cfg, "--keep", keep, "--json").stdout)
+    second = json.loads(run("replay", session, "-c", cfg, "--keep", keep, "--json").stdout)
+    for run_result in (first, second):
+        del run_result["compactor_seconds"]  # wall time differs; everything else must not
+    assert first == second  # no state or records carried over from the first run
+    assert len(list(read_records(keep / "records" / "sess.jsonl"))) == first["compactions"]
