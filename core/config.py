@@ -26,7 +26,17 @@ import yaml
 from .converters import structure_config
 from .errors import ConfigError
 
-BUNDLED = ("default", "openai", "anthropic", "ollama", "ab-example")
+BUNDLED = (
+    "default",
+    "openai",
+    "anthropic",
+    "ollama",
+    "ab-example",
+    "baseline-none",
+    "baseline-truncation",
+    "baseline-one-threshold",
+    "baseline-masking",
+)
 ESSENTIAL_PLUGINS = ("fallback-token-budget",)
 """Plugins that configuration cannot disable: the core must always be able to truncate."""
 
@@ -143,9 +153,9 @@ def read_config_text(name_or_path: str | os.PathLike[str] | None) -> tuple[str, 
     path = Path(name).expanduser()
     try:
         return path.read_text("utf-8"), str(path)
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            [f"cannot read config file: {exc.strerror or exc}"
+            [f"cannot read config file: {getattr(exc, 'strerror', None) or exc}"
              f" (bundled configs: {', '.join(BUNDLED)})"],
             str(path),
         ) from exc

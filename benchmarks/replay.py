@@ -1,0 +1,298 @@
+"""Replay benchmark: every corpus session under every policy at several context windows.
+
+    python benchmarks/replay.py                                   # the tables of benchmarks/README.md
+    python benchmarks/replay.py --windows 16000 --policies progressive,one-threshold
+    COMPACTOR_SUMMARIZER_URL=http://localhost:11434/v1 python benchmarks/replay.py   # + progressive-http
+
+Each session is replayed turn by turn with :func:`progressive_compactor.replay.replay_session`
+(the engine ``compactor replay`` and ``compactor ab replay`` use), in a process pool. Printed per
+window: invalid views, overflows, peak view, billed cost (default price table of
+``progressive_compactor.pricing``), cached share, summarizer calls, retention per probe category,
+and the compactor's own time per call; then paired per-session differences with bootstrap 95 %
+confidence intervals. ``--json FILE`` writes every per-session number.
+
+Policies (bundled configs, see ``configs/``): ``none``, ``truncation``, ``one-threshold``,
+``masking``, ``progressive`` (the default config), ``progressive-http`` (the progressive policy
+with the ``summarize-openai`` plugin, only when ``COMPACTOR_SUMMARIZER_URL`` or ``--summarizer-url``
+is set; ``COMPACTOR_SUMMARIZER_MODEL``, default ``llama3.1:8b``; ``COMPACTOR_SUMMARIZER_KEY_ENV``
+names the variable holding an API key, if the server wants one). Candidate variants of the
+progressive policy used in the README's analysis are listed in ``CANDIDATES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "none": ("baseline-none", {}),
+    "truncation": ("baseline-truncation", {}),
+    "one-threshold": ("baseline-one-threshold", {}),
+    "masking": ("baseline-masking", {}),
+    "progressive": ("default", {}),
+}
+CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
+    # No Soft tier: Warn offloads at 60 %, Full summarizes the whole head at 80 %.
+    "progressive-no-soft": (
+        "default",
+        {"config": {"policy-thresholds": {"warn": 0.60, "soft": 0.80, "full": 0.80, "emergency": 0.95}}},
+    ),
+    # No Warn tier: Soft at 70 %, Full at 80 %.
+    "progressive-no-warn": (
+        "default",
+        {"config": {"policy-thresholds": {"warn": 0.70, "soft": 0.70, "full": 0.80, "emergency": 0.95}}},
+    ),
+    # Full alone at 80 % (offload, then summarize the whole head), Emergency at 95 %.
+    "progressive-full-only": (
+        "default",
+        {"config": {"policy-thresholds": {"warn": 0.80, "soft": 0.80, "full": 0.80, "emergency": 0.95}}},
+    ),
+}
+DEFAULT_POLICIES = ("none", "truncation", "one-threshold", "masking", "progressive")
+CATEGORIES = ("request", "artifacts", "errors", "next_step")
+
+
+def corpus_default() -> Path:
+    env = os.environ.get("COMPACTOR_CORPUS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+def http_policy(url: str) -> tuple[str, dict[str, Any]]:
+    key_env = os.environ.get("COMPACTOR_SUMMARIZER_KEY_ENV") or None
+    block = {
+        "base_url": url,
+        "model": os.environ.get("COMPACTOR_SUMMARIZER_MODEL", "llama3.1:8b"),
+        "api_key_env": key_env,
+    }
+    return "ollama", {"config": {"summarize-openai": block}}
+
+
+def run_one(policy: str, config_name: str, overrides: dict[str, Any], window: int, path: str) -> dict[str, Any]:
+    """One replay (a process-pool job): plain numbers out."""
+    from progressive_compactor.cli_ab import rooted_config
+    from progressive_compactor.compactor import ProgressiveCompactor
+    from progressive_compactor.config import deep_merge, load_config
+    from progressive_compactor.replay import read_session, replay_session
+
+    messages = read_session(path)
+    with tempfile.TemporaryDirectory(prefix="compactor-bench-") as tmp:
+        config = load_config(config_name, **deep_merge(overrides, {"context_window": window}))
+        with ProgressiveCompactor(rooted_config(config, Path(tmp))) as compactor:
+            started = time.perf_counter()
+            r = replay_session(messages, compactor, Path(path).stem)
+            wall = time.perf_counter() - started
+    per_call = [t.compactor_seconds for t in r.turns]
+    retention = r.retention.categories if r.retention is not None else {}
+    return {
+        "policy": policy,
+        "window": window,
+        "session": Path(path).stem,
+        "turns": len(r.turns),
+        "invalid_views": r.invalid_views,
+        "invalid_view_problems": list(r.invalid_view_problems),
+        "overflows": r.overflows,
+        "peak": r.peak_view_tokens,
+        "input_tokens": r.total_input_tokens,
+        "cached_tokens": r.cached_input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost": r.cost.total,
+        "cost_input": r.cost.input,
+        "cost_cached": r.cost.cached_input,
+        "cost_output": r.cost.output,
+        "cost_summarizer": r.cost.summarizer,
+        "summarizer_calls": r.summarizer_calls,
+        "summarizer_tokens_in": r.summarizer_tokens_in,
+        "summarizer_tokens_out": r.summarizer_tokens_out,
+        "tiers": dict(r.tier_counts),
+        "cache_breaks": sum(
+            1 for a, b in zip(r.turns, r.turns[1:]) if b.cache_stable_tokens < a.view_tokens
+        ),
+        "offloads": r.offloads,
+        "compactor_ms_mean": 1000 * statistics.fmean(per_call) if per_call else 0.0,
+        "compactor_ms_max": 1000 * max(per_call, default=0.0),
+        "wall_seconds": wall,
+        "retention": {c: (len(v.kept), v.total) for c, v in retention.items()},
+        "lost": {c: list(v.lost[:5]) for c, v in retention.items()},
+    }
+
+
+def retention_mean(rows: list[dict[str, Any]], category: str) -> tuple[float | None, int, int]:
+    """Mean of per-session retention ratios (sessions with probes of the category), and the pooled counts."""
+    ratios = []
+    kept = total = 0
+    for r in rows:
+        k, t = r["retention"].get(category, (0, 0))
+        kept, total = kept + k, total + t
+        if t:
+            ratios.append(k / t)
+    return (statistics.fmean(ratios) if ratios else None), kept, total
+
+
+def no_cache_cost(r: dict[str, Any]) -> float:
+    """The session's cost if the provider had no prompt cache (cached input billed as input)."""
+    from progressive_compactor.pricing import DEFAULT_PRICES as P
+
+    fresh = r["input_tokens"] * P.input + r["output_tokens"] * P.output
+    return (fresh + r["summarizer_tokens_in"] * P.summarizer_input + r["summarizer_tokens_out"] * P.summarizer_output) / 1e6
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def window_table(window: int, by_policy: dict[str, list[dict[str, Any]]], reference: str) -> str:
+    head = (
+        "| policy | invalid views | overflow turns (sessions) | peak view, max | billed cost, sum | vs "
+        f"{reference} | cost without prompt cache | mean view | cached share | uncached input tokens | "
+        "summarizer calls | request | artifacts | errors | next step | compactor ms/call (max) |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    ref_cost = sum(r["cost"] for r in by_policy.get(reference, [])) or None
+    for policy, rows in by_policy.items():
+        cost = sum(r["cost"] for r in rows)
+        inp = sum(r["input_tokens"] for r in rows)
+        cached = sum(r["cached_tokens"] for r in rows)
+        cells = [
+            policy,
+            str(sum(r["invalid_views"] for r in rows)),
+            f"{sum(r['overflows'] for r in rows)} ({sum(1 for r in rows if r['overflows'])})",
+            f"{max(r['peak'] for r in rows):,}",
+            f"${cost:.2f}",
+            f"{100 * (cost / ref_cost - 1):+.1f}%" if ref_cost else "-",
+            f"${sum(no_cache_cost(r) for r in rows):.2f}",
+            f"{inp / max(sum(r['turns'] for r in rows), 1):,.0f}",
+            pct(cached / inp if inp else None),
+            f"{inp - cached:,}",
+            str(sum(r["summarizer_calls"] for r in rows)),
+        ]
+        for c in CATEGORIES:
+            mean, kept, total = retention_mean(rows, c)
+            cells.append(f"{pct(mean)} ({kept}/{total})")
+        ms = statistics.fmean(r["compactor_ms_mean"] for r in rows)
+        cells.append(f"{ms:.2f} ({max(r['compactor_ms_max'] for r in rows):.0f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paired_table(by_policy: dict[str, list[dict[str, Any]]], pairs: list[tuple[str, str]]) -> str:
+    from progressive_compactor.experiment import paired_difference
+
+    lines = [
+        "| comparison (per session) | cost, USD | peak view tokens | overflow turns | "
+        + " | ".join(f"{c} retention" for c in CATEGORIES)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(CATEGORIES),
+    ]
+    for a, b in pairs:
+        if a not in by_policy or b not in by_policy:
+            continue
+        ra = {r["session"]: r for r in by_policy[a]}
+        rb = {r["session"]: r for r in by_policy[b]}
+        common = sorted(set(ra) & set(rb))
+        cells = [f"{a} − {b}"]
+        for key, fmt in (("cost", "{:+.3f}"), ("peak", "{:+,.0f}"), ("overflows", "{:+.1f}")):
+            e = paired_difference([ra[s][key] for s in common], [rb[s][key] for s in common])
+            cells.append(f"{fmt.format(e.mean)} [{fmt.format(e.low)}, {fmt.format(e.high)}]")
+        for c in CATEGORIES:
+            both = [s for s in common if ra[s]["retention"].get(c, (0, 0))[1] and rb[s]["retention"].get(c, (0, 0))[1]]
+            if len(both) < 2:
+                cells.append("-")
+                continue
+            ratio = lambda r: r["retention"][c][0] / r["retention"][c][1]  # noqa: E731
+            e = paired_difference([ratio(ra[s]) for s in both], [ratio(rb[s]) for s in both])
+            cells.append(f"{100 * e.mean:+.1f} pp [{100 * e.low:+.1f}, {100 * e.high:+.1f}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def masking_account(masking: list[dict[str, Any]], progressive: list[dict[str, Any]]) -> str:
+    """Per session: where observation masking beats the progressive policy, and by how much."""
+    prog = {r["session"]: r for r in progressive}
+    cheaper = [r for r in masking if r["cost"] < prog[r["session"]]["cost"]]
+    cheaper_nc = [r for r in masking if no_cache_cost(r) < no_cache_cost(prog[r["session"]])]
+    smaller = [r for r in masking if r["input_tokens"] < prog[r["session"]]["input_tokens"]]
+    fits = [r for r in masking if not r["overflows"]]
+    return (
+        f"Masking vs progressive, per session: cheaper with prompt caching in {len(cheaper)}/{len(masking)} "
+        f"({', '.join(r['session'][:24] for r in cheaper) or 'none'}); cheaper without a cache in "
+        f"{len(cheaper_nc)}/{len(masking)}; fewer input tokens in {len(smaller)}/{len(masking)}; never "
+        f"overflowed in {len(fits)}/{len(masking)}; masking called the summarizer 0 times, progressive "
+        f"{sum(r['summarizer_calls'] for r in progressive)} times."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=corpus_default())
+    parser.add_argument("--windows", default="16000,32000,64000")
+    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    parser.add_argument("--reference", default="one-threshold", help="policy the cost column compares against")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--limit", type=int, help="first N sessions only")
+    parser.add_argument("--summarizer-url", default=os.environ.get("COMPACTOR_SUMMARIZER_URL"))
+    parser.add_argument("--json", type=Path, help="write every per-session row here")
+    args = parser.parse_args(argv)
+
+    files = sorted(args.corpus.glob("*.jsonl"))[: args.limit or None]
+    if not files:
+        print(f"no *.jsonl sessions in {args.corpus} (set COMPACTOR_CORPUS or --corpus)", file=sys.stderr)
+        return 2
+    policies = {**POLICIES, **CANDIDATES}
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.summarizer_url:
+        policies["progressive-http"] = http_policy(args.summarizer_url)
+        if "progressive-http" not in names:
+            names.append("progressive-http")
+    unknown = [n for n in names if n not in policies]
+    if unknown:
+        print(f"unknown policies {unknown}; known: {', '.join(policies)}", file=sys.stderr)
+        return 2
+    windows = [int(w) for w in args.windows.split(",")]
+    jobs = [(n, *policies[n], w, str(f)) for w in windows for n in names for f in files]
+
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    if args.workers <= 1:
+        rows = [run_one(*job) for job in jobs]
+    else:
+        with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(run_one, *job) for job in jobs]
+            for i, future in enumerate(futures, 1):
+                rows.append(future.result())
+                print(f"\r{i}/{len(jobs)} replays", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+    elapsed = time.perf_counter() - started
+
+    print(f"# Replay benchmark: {len(files)} sessions, windows {windows}, policies {names}")
+    print(f"(offline extractive summarizer unless noted; default price table; {elapsed:.0f} s on {args.workers} workers)\n")
+    for w in windows:
+        by_policy = {n: [r for r in rows if r["window"] == w and r["policy"] == n] for n in names}
+        print(f"## Window {w:,} tokens\n")
+        print(window_table(w, by_policy, args.reference))
+        print()
+        pairs = [(n, args.reference) for n in names if n != args.reference]
+        if "progressive" in names and "masking" in names:
+            pairs.append(("masking", "progressive"))
+        print(paired_table(by_policy, pairs))
+        print()
+        if "progressive" in names and "masking" in names:
+            print(masking_account(by_policy["masking"], by_policy["progressive"]))
+            print()
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1), "utf-8")
+        print(f"per-session rows: {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

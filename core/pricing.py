@@ -1,0 +1,121 @@
+"""Billed cost of an agent's LLM calls: a price table and the arithmetic.
+
+A compaction policy is judged on what the provider bills, not only on how small the view is
+(DESIGN.md, prompt-cache awareness). Every simulated LLM call is billed as::
+
+    (view_tokens - cached_tokens) × input
+    + cached_tokens × cached_input
+    + output_tokens × output
+    + summarizer_tokens_in × summarizer_input
+    + summarizer_tokens_out × summarizer_output
+
+all prices in US dollars per million tokens. ``cached_tokens`` is the view's prefix that equals
+the previous call's view (what a provider's prompt cache would serve). Cache writes are billed as
+plain input (OpenAI's rule; Anthropic bills them at 1.25 × input, set ``cache_write`` for that).
+
+Defaults (``DEFAULT_PRICES``): input 3.00, cached input 0.30, output 15.00, and the summarizer
+billed at the same 3.00 / 15.00, as when the agent's own model writes the summary (what Claude
+Code and Goose do). These are the list prices of a mid-size frontier model in 2025; override them
+in the ``pricing`` section of the YAML config::
+
+    pricing: {input: 2.5, cached_input: 1.25, output: 10.0, summarizer_input: 0.15, summarizer_output: 0.6}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from .converters import structure_config
+from .errors import ConfigError
+
+PER = 1_000_000
+
+
+@attrs.frozen
+class PriceTable:
+    """US dollars per million tokens."""
+
+    input: float = 3.00
+    cached_input: float = 0.30
+    output: float = 15.00
+    summarizer_input: float = 3.00
+    summarizer_output: float = 15.00
+    cache_write: float | None = None
+    """Price of the uncached part of a view when it differs from ``input`` (Anthropic: 1.25 ×)."""
+
+
+DEFAULT_PRICES = PriceTable()
+
+
+@attrs.frozen
+class Cost:
+    """A billed cost in US dollars, split by what it pays for."""
+
+    input: float = 0.0
+    cached_input: float = 0.0
+    output: float = 0.0
+    summarizer: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.input + self.cached_input + self.output + self.summarizer
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(
+            self.input + other.input,
+            self.cached_input + other.cached_input,
+            self.output + other.output,
+            self.summarizer + other.summarizer,
+        )
+
+
+def call_cost(
+    prices: PriceTable,
+    *,
+    view_tokens: int,
+    cached_tokens: int = 0,
+    output_tokens: int = 0,
+    summarizer_tokens_in: int = 0,
+    summarizer_tokens_out: int = 0,
+) -> Cost:
+    """The cost of one LLM call as the module docstring gives it.
+
+    ``cached_tokens`` larger than ``view_tokens`` is clamped (it cannot be cached beyond what is
+    sent); negative counts are an error in the caller and raise ``ValueError``.
+    """
+    counts = (view_tokens, cached_tokens, output_tokens, summarizer_tokens_in, summarizer_tokens_out)
+    if min(counts) < 0:
+        raise ValueError(f"token counts must not be negative: {counts}")
+    cached = min(cached_tokens, view_tokens)
+    fresh_price = prices.input if prices.cache_write is None else prices.cache_write
+    return Cost(
+        input=(view_tokens - cached) * fresh_price / PER,
+        cached_input=cached * prices.cached_input / PER,
+        output=output_tokens * prices.output / PER,
+        summarizer=(summarizer_tokens_in * prices.summarizer_input + summarizer_tokens_out * prices.summarizer_output)
+        / PER,
+    )
+
+
+def prices_from_mapping(data: Mapping[str, Any] | None, path: str = "$.pricing") -> PriceTable:
+    """A price table from a YAML mapping; unknown keys and negative prices are rejected."""
+    table = structure_config(dict(data or {}), PriceTable, path=path)
+    problems = [
+        f"price must not be negative, got {getattr(table, f.name)} @ {path}.{f.name}"
+        for f in attrs.fields(PriceTable)
+        if getattr(table, f.name) is not None and getattr(table, f.name) < 0
+    ]
+    if problems:
+        raise ConfigError(problems)
+    return table
+
+
+def prices_from_config(config: Any) -> PriceTable:
+    """The config's ``pricing`` section, or :data:`DEFAULT_PRICES` when it has none."""
+    data = getattr(config, "pricing", None)
+    return prices_from_mapping(data) if data else DEFAULT_PRICES
+
+
+__all__ = ["Cost", "DEFAULT_PRICES", "PriceTable", "call_cost", "prices_from_config", "prices_from_mapping"]

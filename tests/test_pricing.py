@@ -1,0 +1,64 @@
+"""Billed cost arithmetic and the price table from config."""
+
+from __future__ import annotations
+
+import pytest
+
+from progressive_compactor import ConfigError, load_config
+from progressive_compactor.pricing import DEFAULT_PRICES, Cost, PriceTable, call_cost, prices_from_config, prices_from_mapping
+
+PRICES = PriceTable(input=3.0, cached_input=0.3, output=15.0, summarizer_input=1.0, summarizer_output=5.0)
+
+
+def test_call_cost_splits_fresh_cached_output_and_summarizer():
+    cost = call_cost(
+        PRICES,
+        view_tokens=1_000_000,
+        cached_tokens=400_000,
+        output_tokens=10_000,
+        summarizer_tokens_in=200_000,
+        summarizer_tokens_out=20_000,
+    )
+    assert cost.input == pytest.approx(600_000 * 3.0 / 1e6)  # 1.80
+    assert cost.cached_input == pytest.approx(400_000 * 0.3 / 1e6)  # 0.12
+    assert cost.output == pytest.approx(10_000 * 15.0 / 1e6)  # 0.15
+    assert cost.summarizer == pytest.approx(200_000 * 1.0 / 1e6 + 20_000 * 5.0 / 1e6)  # 0.30
+    assert cost.total == pytest.approx(2.37)
+
+
+def test_cached_tokens_cannot_exceed_the_view():
+    assert call_cost(PRICES, view_tokens=100, cached_tokens=500) == call_cost(PRICES, view_tokens=100, cached_tokens=100)
+
+
+def test_cache_write_price_applies_to_the_uncached_part():
+    table = PriceTable(input=3.0, cached_input=0.3, cache_write=3.75)
+    cost = call_cost(table, view_tokens=2_000_000, cached_tokens=1_000_000)
+    assert cost.input == pytest.approx(3.75)
+    assert cost.cached_input == pytest.approx(0.3)
+
+
+def test_negative_counts_are_rejected():
+    with pytest.raises(ValueError):
+        call_cost(PRICES, view_tokens=-1)
+
+
+def test_costs_add_up_by_part():
+    total = Cost(1, 2, 3, 4) + Cost(0.5, 0.5, 0.5, 0.5)
+    assert (total.input, total.cached_input, total.output, total.summarizer, total.total) == (1.5, 2.5, 3.5, 4.5, 12.0)
+
+
+def test_price_table_from_config_section_and_defaults():
+    assert prices_from_config(load_config("default")) == DEFAULT_PRICES
+    table = prices_from_config(load_config("default", pricing={"input": 1.25, "summarizer_output": 0.6}))
+    assert (table.input, table.cached_input, table.summarizer_output) == (1.25, DEFAULT_PRICES.cached_input, 0.6)
+
+
+def test_price_table_problems_name_their_path():
+    with pytest.raises(ConfigError) as bad_key:
+        prices_from_mapping({"inptu": 1.0})
+    assert any("$.pricing" in p for p in bad_key.value.problems)
+    with pytest.raises(ConfigError) as negative:
+        prices_from_mapping({"output": -2.0})
+    assert negative.value.problems == ["price must not be negative, got -2.0 @ $.pricing.output"]
+    with pytest.raises(ConfigError):
+        load_config("default", pricing={"input": "cheap"})

@@ -1,0 +1,132 @@
+"""The replay engine: turn by turn on synthetic sessions, the baselines, and the corpus."""
+
+from __future__ import annotations
+
+import pytest
+
+from progressive_compactor import CompactionTier, ConfigError
+from progressive_compactor.pricing import PriceTable, call_cost
+from progressive_compactor.replay import read_session, replay_session, session_files
+from progressive_compactor.testing import RecordingSummarizer, build_history, estimate, tool_call
+
+
+def session(sizes=(3000,) * 14):
+    """A synthetic agent session that ends, as recordings may, on an unanswered tool call."""
+    history = build_history(list(sizes))
+    history.append({"role": "assistant", "content": "Submitting.", "tool_calls": [tool_call("last", "submit")]})
+    return history
+
+
+def assistant_indexes(messages):
+    return [i for i, m in enumerate(messages) if i and m["role"] == "assistant"]
+
+
+def test_one_view_per_assistant_message_computed_from_the_history_before_it(make_compactor):
+    messages = session()
+    compactor = make_compactor(context_window=8000)
+    seen = []
+    result = replay_session(messages, compactor, "synthetic", on_turn=seen.append)
+    assert [t.index for t in result.turns] == assistant_indexes(messages)
+    assert seen == list(result.turns)
+    first = result.turns[0]
+    assert first.view_tokens == estimate(messages[: first.index])  # nothing to compact yet
+    assert all(t.view_messages <= t.index for t in result.turns)
+    assert result.invalid_views == 0 and result.overflows == 0
+    assert result.peak_view_tokens <= 8000
+    assert sum(result.tier_counts.values()) == len(result.turns)
+    assert result.compactions > 0 and result.summarizer_calls > 0
+
+
+def test_cost_is_the_sum_of_every_call_at_the_given_prices(make_compactor):
+    prices = PriceTable(input=2.0, cached_input=0.5, output=10.0, summarizer_input=1.0, summarizer_output=4.0)
+    messages = session()
+    result = replay_session(messages, make_compactor(context_window=8000), "s", prices=prices)
+    expected = 0.0
+    for t in result.turns:
+        assert t.output_tokens == estimate([messages[t.index]])
+        expected += call_cost(
+            prices,
+            view_tokens=t.view_tokens,
+            cached_tokens=t.cache_stable_tokens,
+            output_tokens=t.output_tokens,
+            summarizer_tokens_in=t.summarizer_tokens_in,
+            summarizer_tokens_out=t.summarizer_tokens_out,
+        ).total
+    assert result.cost.total == pytest.approx(expected)
+    assert result.cached_input_tokens == sum(t.cache_stable_tokens for t in result.turns) > 0
+
+
+def test_offline_summarizer_tokens_are_estimated_and_reported_ones_win(make_compactor):
+    messages = session()
+    offline = replay_session(messages, make_compactor(context_window=8000), "s")
+    summarized = [t for t in offline.turns if t.summarizer_calls]
+    assert summarized and all(t.summarizer_tokens_in > 0 and t.summarizer_tokens_out > 0 for t in summarized)
+    assert all(t.record.summarizer_tokens_in == 0 for t in summarized)  # the provider reported none
+
+    reporting = RecordingSummarizer(text="## User Intent\nfix it\n## Summary\nshort")
+    result = replay_session(messages, make_compactor(context_window=8000, extra_plugins=[("rec", reporting)]), "s")
+    turns = [t for t in result.turns if t.summarizer_calls]
+    assert turns and all(t.summarizer_tokens_in == t.record.summarizer_tokens_in > 0 for t in turns)
+
+
+def test_no_compaction_counts_overflows_instead_of_hiding_them(make_compactor):
+    messages = session()
+    result = replay_session(messages, make_compactor("baseline-none", context_window=8000), "s")
+    assert result.compactions == 0
+    assert result.overflows == sum(1 for t in result.turns if t.view_tokens > 8000) > 0
+    assert result.retention.ratio("request") == 1.0
+
+
+def test_one_threshold_waits_for_80_percent_then_summarizes_the_whole_head(make_compactor):
+    result = replay_session(session(), make_compactor("baseline-one-threshold", context_window=8000), "s")
+    for t in result.turns:
+        assert t.tier in (CompactionTier.NONE, CompactionTier.FULL, CompactionTier.EMERGENCY)
+        if t.tier is CompactionTier.FULL:
+            assert t.record.tokens_before >= 0.8 * 8000
+            assert t.record.offloaded == ()  # as it is: no offloading before summarizing
+    assert result.tier_counts["Full"] > 0 and result.overflows == 0
+
+
+def test_observation_masking_keeps_only_the_ten_newest_results(make_compactor):
+    messages = build_history([400] * 16)
+    messages.append({"role": "assistant", "content": "done"})
+    result = replay_session(messages, make_compactor("baseline-masking", context_window=100_000), "s")
+    view = result.final_view
+    tools = [m for m in view if m["role"] == "tool"]
+    masked = [m for m in tools if m["content"].startswith("[Old tool output omitted")]
+    assert len(tools) == 16 and len(masked) == 6
+    assert result.summarizer_calls == 0 and result.invalid_views == 0
+    # masking one more old result each turn breaks the prompt cache at that result
+    later = [b for a, b in zip(result.turns, result.turns[1:]) if b.index > messages.index(tools[10]) + 1]
+    assert later and all(b.cache_stable_tokens < b.view_tokens for b in later)
+
+
+def test_truncation_baseline_never_calls_the_summarizer(make_compactor):
+    result = replay_session(session(), make_compactor("baseline-truncation", context_window=8000), "s")
+    assert result.summarizer_calls == 0
+    assert result.tier_counts["Emergency"] > 0 and result.overflows == 0 and result.invalid_views == 0
+
+
+def test_single_threshold_policy_rejects_an_unknown_tier(make_compactor):
+    with pytest.raises(ConfigError, match="policy-single-threshold.tier"):
+        make_compactor("baseline-none", config={"policy-single-threshold": {"tier": "gentle"}})
+
+
+def test_retention_of_a_compacted_synthetic_session(make_compactor):
+    messages = session()
+    messages.insert(4, {"role": "assistant", "content": "", "tool_calls": [tool_call("bad", "pytest tests/test_parser.py")]})
+    messages.insert(5, {"role": "tool", "tool_call_id": "bad", "content": "E   AssertionError: parser returned None\nFAILED tests/test_parser.py::test_empty"})
+    result = replay_session(messages, make_compactor(context_window=6000), "s")
+    assert result.summarizer_calls > 0
+    assert result.retention.ratio("errors") == 1.0  # kept through the anchors, not the raw result
+    assert all(m.get("tool_call_id") != "bad" for m in result.final_view)
+
+
+@pytest.mark.corpus
+def test_progressive_on_the_corpus_at_16k_has_no_invalid_view_and_no_overflow(corpus_dir, make_compactor):
+    for path in session_files(corpus_dir):
+        compactor = make_compactor(context_window=16_000)
+        result = replay_session(read_session(path), compactor, path.stem, probes=False)
+        assert result.invalid_views == 0, (path.name, result.invalid_view_problems)
+        assert result.overflows == 0, path.name
+        compactor.close()
