@@ -37,6 +37,7 @@ POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "one-threshold": ("baseline-one-threshold", {}),
     "masking": ("baseline-masking", {}),
     "progressive": ("default", {}),
+    "cache-aware": ("cache-aware", {}),
 }
 CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     # No Soft tier: Warn offloads at 60 %, Full summarizes the whole head at 80 %.
@@ -55,7 +56,7 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
         {"config": {"policy-thresholds": {"warn": 0.80, "soft": 0.80, "full": 0.80, "emergency": 0.95}}},
     ),
 }
-DEFAULT_POLICIES = ("none", "truncation", "one-threshold", "masking", "progressive")
+DEFAULT_POLICIES = ("none", "truncation", "one-threshold", "masking", "progressive", "cache-aware")
 CATEGORIES = ("request", "artifacts", "errors", "next_step")
 
 

@@ -123,10 +123,51 @@ def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor,
             if _norm(line) not in seen:
                 seen.add(_norm(line))
                 lines.append(line)
+        lines = merge_file_lines(lines)
         if len(lines) > MAX_ANCHOR_LINES:
             lines = lines[:MAX_ANCHOR_LINES] if t is AnchorType.USER_INTENT else lines[-MAX_ANCHOR_LINES:]
         merged.append(Anchor(t, "\n".join(lines)))
     return tuple(merged)
+
+
+_FILE_LINE = re.compile(r"^- Files (created|edited|read): (.+)$")
+
+
+def merge_file_lines(lines: list[str]) -> list[str]:
+    """One ``- Files edited: a, b`` line per kind, however many merges added such lines: the
+    artifact trail stays one short list instead of a line per compaction."""
+    paths: dict[str, list[str]] = {}
+    out: list[str] = []
+    for line in lines:
+        match = _FILE_LINE.match(line.strip())
+        if match is None:
+            out.append(line)
+            continue
+        kind = match.group(1)
+        if kind not in paths:
+            paths[kind] = []
+            out.append(f"\0{kind}")
+        for path in match.group(2).split(", "):
+            if path and path not in paths[kind]:
+                paths[kind].append(path)
+    if not paths:
+        return lines
+    done = {p for kind in ("created", "edited") for p in paths.get(kind, ())}
+    if "read" in paths:
+        paths["read"] = [p for p in paths["read"] if p not in done]
+    result = []
+    for line in out:
+        if line.startswith("\0"):
+            kind = line[1:]
+            if paths[kind]:
+                result.append(f"- Files {kind}: " + ", ".join(paths[kind][-MAX_FILES:]))
+        else:
+            result.append(line)
+    return result
+
+
+MAX_FILES = 60
+"""A file list keeps at most this many paths (the most recent)."""
 
 
 def facts_as_anchors(facts: Facts) -> tuple[Anchor, ...]:
@@ -171,9 +212,52 @@ def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
             continue
         missing = [line for line in _lines(fact_anchor.content) if not _covered(line, everything)]
         if missing:
-            body = "\n".join(missing) if current.is_empty else current.content + "\n" + "\n".join(missing)
-            result[fact_anchor.type] = Anchor(fact_anchor.type, body)
+            lines = missing if current.is_empty else _lines(current.content) + missing
+            result[fact_anchor.type] = Anchor(fact_anchor.type, "\n".join(merge_file_lines(lines)))
     return complete(result.values())
+
+
+def fit_summary(anchors: Sequence[Anchor], prose: str, budget_chars: int) -> tuple[tuple[Anchor, ...], str]:
+    """Anchors and prose cut to about ``budget_chars`` characters, the user's intent not counted.
+
+    The intent is the user's request, bounded on its own (``intent_max_chars``), and is never
+    cut here. The prose goes first (its newest part is kept); when the other four anchors alone
+    are over the budget, each keeps its newest lines within an equal share, file lists first.
+    """
+    anchors = complete(anchors)
+    intent_chars = len(anchors[0].content)
+    if len(format_summary(anchors, prose)) - intent_chars <= budget_chars:
+        return anchors, prose
+    room = budget_chars - (len(format_summary(anchors, "")) - intent_chars)
+    if room >= MIN_PROSE_CHARS:
+        return anchors, _newest(prose, room)
+    share = max((budget_chars - MIN_PROSE_CHARS - 200) // 4, 80)
+    trimmed = [anchors[0]] + [Anchor(a.type, _newest_lines(a.content, share)) for a in anchors[1:]]
+    return tuple(trimmed), _newest(prose, MIN_PROSE_CHARS)
+
+
+MIN_PROSE_CHARS = 300
+
+
+def _newest(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "..." + text[len(text) - limit + 3 :]
+
+
+def _newest_lines(content: str, limit: int) -> str:
+    """The newest lines of ``content`` within ``limit`` characters; file lists first."""
+    lines = _lines(content)
+    files = [line for line in lines if _FILE_LINE.match(line.strip())]
+    kept: list[str] = []
+    used = 0
+    for line in files + [line for line in reversed(lines) if line not in files]:
+        if used + len(line) + 1 > limit:
+            if not kept:
+                kept.append(_newest(line, limit))
+            continue
+        kept.append(line)
+        used += len(line) + 1
+    order = {line: i for i, line in enumerate(lines)}
+    return "\n".join(sorted(kept, key=lambda line: order.get(line, -1))) or NOT_AVAILABLE
 
 
 def _covered(line: str, text: str) -> bool:

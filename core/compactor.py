@@ -40,7 +40,6 @@ from .messages import (
     view_problems,
 )
 from .models import (
-    Anchor,
     CompactionRecord,
     CompactionTier,
     Facts,
@@ -56,6 +55,10 @@ from .plugin_manager import Hooks, PluginContext, SecretRegistry, get_plugin_man
 
 log = logging.getLogger("progressive_compactor")
 EMERGENCY_ERROR = "emergency fallback: forced truncation"
+PLACEHOLDER_CHARS = 1700
+"""About the size of an offload placeholder, to judge what an offload saves before doing it."""
+MAX_HANDLES_LISTED = 20
+"""The compaction message lists the handles of this many of the latest offloaded results."""
 History = Sequence[Mapping[str, Any] | Message]
 
 
@@ -304,7 +307,7 @@ class ProgressiveCompactor:
         window = self.config.context_window
         mirror = self._sync_mirror(sid, history)
         state, reset_error = self._load_state(sid, mirror)
-        pending, pending_tokens, pending_dicts, pending_repairs = self._pending(mirror)
+        pending, pending_tokens, pending_dicts, pending_repairs = self._pending(mirror, state)
         self._refresh_view(mirror, state)
         uncovered_tokens = mirror.view_tokens + pending_tokens
         tokens_before = mirror.system_tokens + mirror.compaction_tokens + uncovered_tokens
@@ -396,7 +399,7 @@ class ProgressiveCompactor:
                 count = self._split(turn.uncovered, plan.summarize, min(tail_start, turn.stable))
             if plan.offload:
                 end = len(turn.uncovered) if plan.offload_tail else (count or tail_start)
-                self._offload(sid, mirror, turn, end)
+                self._offload(sid, mirror, turn, end, cache_aware=not (count or plan.fallback))
             if plan.fallback:
                 self._fallback(sid, mirror, turn, EMERGENCY_ERROR)
                 return CompactionTier.EMERGENCY
@@ -440,7 +443,7 @@ class ProgressiveCompactor:
             facts=facts,
             session_id=sid,
             tier=tier,
-            max_summary_tokens=self.config.max_summary_tokens,
+            max_summary_tokens=self.summary_budget,
             replaced_tokens=replaced,
         )
         turn.summarizer_calls += 1
@@ -563,15 +566,36 @@ class ProgressiveCompactor:
             return index
         return group_start(messages, count)
 
-    def _offload(self, sid: str, mirror: _Mirror, turn: _Turn, end: int) -> None:
+    def _offload(self, sid: str, mirror: _Mirror, turn: _Turn, end: int, cache_aware: bool = False) -> None:
+        """Offload the large tool results of ``turn.uncovered[:end]``.
+
+        ``cache_aware`` (an offload that no summary follows, as at Warn): a result is offloaded
+        only when what it saves is worth the prompt-cache break, that is when the tokens after it,
+        which the provider must then read again at full price, are at most ``offload_break_factor``
+        times the tokens it saves. An old result far up the view costs a re-read of everything
+        after it and saves a tenth of its size per call (cached tokens are cheap): it waits for the
+        summary, which breaks the cache anyway.
+        """
         threshold = self.config.offload_threshold
         offloaded = dict(turn.state.offloaded)
         changed = False
+        factor = self.config.offload_break_factor if cache_aware else None
+        after: list[int] = []
+        if factor is not None:
+            counts = self.hooks.estimate_tokens(turn.uncovered)
+            total = 0
+            for count in reversed(counts):
+                after.append(total)
+                total += count
+            after.reverse()
         for i in range(min(end, len(turn.uncovered))):
             m = turn.uncovered[i]
             if m.role != "tool" or not m.tool_call_id or m.tool_call_id in offloaded:
                 continue
-            if len(text_of(m)) <= threshold:
+            size = len(text_of(m))
+            if size <= threshold:
+                continue
+            if factor is not None and after[i] > factor * (counts[i] * (1 - PLACEHOLDER_CHARS / size)):
                 continue
             try:
                 entry = self.hooks.offload(m, sid, threshold)
@@ -596,13 +620,22 @@ class ProgressiveCompactor:
                 handles.append(entry.handle)
         return tuple(handles)
 
+    @property
+    def summary_budget(self) -> int:
+        """Tokens the summary may take (the user's request aside), from config and window."""
+        config = self.config
+        return max(min(config.max_summary_tokens, int(config.summary_share * config.context_window)), 200)
+
     def _compaction_message(self, sid: Any, state: SessionState) -> Message:
         todo = self.hooks.todo_context(sid) if isinstance(sid, str) and sid else []
+        anchors, prose = anchor_fns.fit_summary(
+            state.anchors or anchor_fns.empty_anchors(), state.summary or "", self.summary_budget * 4
+        )
         text = anchor_fns.compaction_message_text(
-            state.anchors or anchor_fns.empty_anchors(),
-            state.summary or "",
+            anchors,
+            prose,
             covered=state.covered,
-            handles=state.dropped_handles[-50:],
+            handles=state.dropped_handles[-MAX_HANDLES_LISTED:],
             todo=todo,
         )
         return Message(role="user", content=self.secrets.redact(text))
@@ -670,15 +703,18 @@ class ProgressiveCompactor:
         del mirror.pending_src[:cut]
         del mirror.pending_msgs[:cut]
 
-    def _pending(self, mirror: _Mirror) -> tuple[list[Message], int, list[dict[str, Any]], int]:
-        """The repaired pending messages, their tokens, their dicts and the repairs made.
+    def _pending(self, mirror: _Mirror, state: SessionState) -> tuple[list[Message], int, list[dict[str, Any]], int]:
+        """The repaired pending messages (offloads applied), their tokens, their dicts and the
+        repairs made.
 
-        Cached until the pending messages change: an unchanged history costs nothing here.
+        Cached until the pending messages or the state change: an unchanged history costs nothing.
         """
-        key = (len(mirror.pending_msgs), mirror.final_src)
+        key = (len(mirror.pending_msgs), mirror.final_src, state.version)
         if mirror.pending_key == key:
             return mirror.pending_cache
         repaired, repairs = repair_tool_pairs(mirror.pending_msgs)
+        if state.offloaded:  # an Emergency offloads pending results too: a retry must see that
+            repaired = [_with_offload(m, state) for m in repaired]
         if mirror.first_request is None:
             mirror.first_request = first_user_request(repaired, self.config.intent_max_chars)
         tokens = sum(self.hooks.estimate_tokens(repaired)) if repaired else 0
@@ -693,9 +729,14 @@ class ProgressiveCompactor:
         key = (state.covered, state.covered_fingerprint)
         if mirror.verified == key:
             return state, None
-        if state.covered <= len(mirror.final) and fingerprint(mirror.final[state.covered - 1]) == state.covered_fingerprint:
-            mirror.verified = key
-            return state, None
+        if state.covered <= len(mirror.final):
+            last = mirror.final[state.covered - 1]
+            # The boundary was fingerprinted as the summary saw it: offloaded, if it was.
+            entry = state.offloaded.get(last.tool_call_id or "") if last.role == "tool" else None
+            seen = replace_content(last, entry.placeholder) if entry is not None else last
+            if state.covered_fingerprint in (fingerprint(last), fingerprint(seen)):
+                mirror.verified = key
+                return state, None
         mirror.view_version = -1
         fresh = SessionState(version=state.version + 1)
         errors: list[str] = []
@@ -738,7 +779,8 @@ class ProgressiveCompactor:
             m = mirror.final[i]
             tokens = mirror.final_tokens[i]
             entry = offloaded.get(m.tool_call_id) if offloaded and m.role == "tool" else None  # type: ignore[arg-type]
-            if entry is not None:
+            # A tool call id reused later in the session must not get the earlier result's placeholder.
+            if entry is not None and entry.chars == len(text_of(m)):
                 m = replace_content(m, entry.placeholder)
                 tokens = self.hooks.estimate_tokens([m])[0]
             mirror.view_msgs.append(m)
@@ -774,6 +816,14 @@ class ProgressiveCompactor:
         mirror.prev_out = out
         mirror.prev_tokens = tokens
         return stable
+
+
+def _with_offload(message: Message, state: SessionState) -> Message:
+    """``message`` with its offload placeholder, if the state says it was offloaded."""
+    entry = state.offloaded.get(message.tool_call_id or "") if message.role == "tool" else None
+    if entry is None or entry.chars != len(text_of(message)):
+        return message
+    return replace_content(message, entry.placeholder)
 
 
 def _role(item: Any) -> Any:

@@ -36,6 +36,7 @@ BUNDLED = (
     "baseline-truncation",
     "baseline-one-threshold",
     "baseline-masking",
+    "cache-aware",
 )
 ESSENTIAL_PLUGINS = ("fallback-token-budget",)
 """Plugins that configuration cannot disable: the core must always be able to truncate."""
@@ -92,7 +93,14 @@ class CompactorConfig:
     """Production-time offload (seed 3.4): results longer than this never enter the history."""
     fallback_budget: float = 0.5
     """Emergency truncation keeps the view under this share of the context window."""
+    offload_break_factor: float | None = None
+    """None: Warn offloads every large result in the head, as the seed does. A number makes Warn
+    prompt-cache aware: a result is offloaded only if the tokens after it are at most this many
+    times what it saves (see ProgressiveCompactor._offload and configs/cache-aware.yaml)."""
     max_summary_tokens: int = 4000
+    summary_share: float = 0.1
+    """The summary (the user's request aside) stays under this share of the window, and under
+    ``max_summary_tokens``: a summary that fills the window makes every compaction come sooner."""
     intent_max_chars: int = 8000
     """The user's original request is kept verbatim in the summary up to this many characters."""
     work_dir: str = "."
@@ -115,6 +123,8 @@ def _check(config: CompactorConfig) -> list[str]:
         problems.append("context_window must be positive @ $.context_window")
     if config.min_tail_messages < 0:
         problems.append("min_tail_messages must be 0 or more @ $.min_tail_messages")
+    if not 0 < config.summary_share <= 1:
+        problems.append("summary_share must be in (0, 1] @ $.summary_share")
     if not 0 < config.fallback_budget <= 1:
         problems.append("fallback_budget must be in (0, 1] @ $.fallback_budget")
     for name in ESSENTIAL_PLUGINS:

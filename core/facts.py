@@ -114,10 +114,14 @@ def _files_in_command(command: str) -> tuple[list[str], list[str], list[str]]:
     for pattern in _EDIT_PATTERNS:
         edited += [p for p in (_clean_path(t) for t in pattern.findall(command)) if p and p not in created]
     for segment in re.split(r"&&|\|\||;|\||\n", command):
-        try:
-            words = shlex.split(segment, posix=True)
-        except ValueError:
-            words = segment.split()
+        words = segment.split()
+        if not words or words[0] not in _READ_COMMANDS and words[0] != "sed":
+            continue
+        if "'" in segment or '"' in segment:  # shlex is slow: only where quotes need it
+            try:
+                words = shlex.split(segment, posix=True)
+            except ValueError:
+                pass
         if not words:
             continue
         if words[0] in _READ_COMMANDS or (words[0] == "sed" and "-n" in words):
@@ -209,7 +213,7 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
         files_created=tuple(created[-MAX_ITEMS:]),
         files_edited=tuple(edited[-MAX_ITEMS:]),
         files_read=tuple(read[-MAX_ITEMS:]),
-        failed_commands=tuple(failed[-MAX_ITEMS // 2 :]),
+        failed_commands=tuple(failed[-MAX_ITEMS:]),
         decisions=tuple(decisions[-8:]),
         next_step=next_step,
         tools_used=tuple(tools),

@@ -45,12 +45,6 @@ class ExtractiveSummarizer:
             intent = anchors[0].content if not anchors[0].is_empty else ""
             notes = "\n".join(f"- Later instruction: {n}" for n in later)
             anchors = (Anchor(AnchorType.USER_INTENT, f"{intent}\n{notes}".strip()), *anchors[1:])
-        if facts.tools_used:
-            progress = anchors[1]
-            counts = self._tool_counts(request.messages)
-            line = "- Tool calls so far in this part: " + ", ".join(f"{n} x{c}" for n, c in counts)
-            body = line if progress.is_empty else f"{progress.content}\n{line}"
-            anchors = (anchors[0], Anchor(AnchorType.EXECUTION_PROGRESS, body), *anchors[2:])
         merged = merge_anchors(request.previous_anchors, anchors)
         prose = self._prose(request, later)
         text = format_summary(merged, prose)
@@ -93,6 +87,9 @@ class ExtractiveSummarizer:
             f"Compacted {len(request.messages)} messages ({roles['user']} from the user, "
             f"{roles['assistant']} from the assistant, {roles['tool']} tool results)."
         )
+        counts = self._tool_counts(request.messages)
+        if counts:
+            paragraph += " Tool calls: " + ", ".join(f"{name} x{n}" for name, n in counts) + "."
         if said:
             paragraph += " The assistant said, among other things: " + " | ".join(said[-4:])
         if later:
