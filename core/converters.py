@@ -7,7 +7,9 @@ disk. The config converter is strict: it rejects unknown keys and does not turn 
 
 from __future__ import annotations
 
+import collections.abc
 import json
+import typing
 from typing import Any, TypeVar
 
 import cattrs
@@ -34,7 +36,29 @@ def make_config_converter() -> cattrs.Converter:
     converter.register_structure_hook(float, _strict(float, (int, float), (bool,)))
     converter.register_structure_hook(str, _strict(str, (str,)))
     converter.register_structure_hook(bool, _strict(bool, (bool,)))
+    _reject_text_for_sequences(converter)
     return converter
+
+
+def _reject_text_for_sequences(converter: cattrs.Converter) -> None:
+    """cattrs makes ``"store-jsonl"`` into a tuple of letters and a mapping into its keys; a
+    config list must be a list."""
+    inner = converter.copy()
+
+    def is_sequence(cls: Any) -> bool:
+        return typing.get_origin(cls) in (tuple, list, set, frozenset, collections.abc.Sequence)
+
+    def factory(cls: Any) -> Any:
+        hook = inner.get_structure_hook(cls)
+
+        def structure(value: Any, target: Any) -> Any:
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(f"expected a list, got {type(value).__name__} {value!r}")
+            return hook(value, target)
+
+        return structure
+
+    converter.register_structure_hook_factory(is_sequence, factory)
 
 
 config_converter = make_config_converter()

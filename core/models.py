@@ -105,6 +105,8 @@ class OffloadEntry:
     """What ``compactor show`` and the read tool take to read the full text back."""
     path: str
     chars: int
+    """Characters of the tool result as it was in the history (the core matches an entry to its
+    message by tool call id and this length)."""
     lines: int
     sha256: str
     placeholder: str = attrs.field(default="", repr=False)

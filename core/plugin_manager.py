@@ -45,6 +45,7 @@ BUILTIN_PLUGINS = (
     "anchors-markdown",
     "fallback-token-budget",
     "offload-files",
+    "policy-single-threshold",
     "policy-thresholds",
     "state-files",
     "state-memory",
@@ -54,7 +55,9 @@ BUILTIN_PLUGINS = (
     "summarize-openai",
     "tier-emergency",
     "tier-full",
+    "tier-observation-masking",
     "tier-soft",
+    "tier-summarize-head",
     "tier-warn",
     "tokens-chars",
 )
@@ -193,10 +196,17 @@ def get_plugin_manager(
                 f"unknown plugin {name!r} @ {path}; installed: {', '.join(sorted(installed))}"
             )
         raise ConfigError(problems)
-    extra_blocks = set(config.config) - set(wanted) - set(ESSENTIAL_PLUGINS)
-    if extra_blocks:
+    # A block for an installed plugin that is not selected waits unused (the bundled default keeps
+    # store-jsonl's block when an override says `stores: []`); a block naming no installed plugin
+    # is a typo.
+    stray = set(config.config) - set(installed)
+    if stray:
         raise ConfigError(
-            [f"settings for plugin {n!r}, which is not selected @ $.config.{n}" for n in sorted(extra_blocks)]
+            [
+                f"settings for plugin {n!r}, which is not installed @ $.config.{n}; "
+                f"installed: {', '.join(sorted(installed))}"
+                for n in sorted(stray)
+            ]
         )
     for name in wanted:
         target = load_plugin_object(installed[name])

@@ -50,7 +50,12 @@ def placeholder(entry: OffloadEntry, text: str, preview_lines: int, preview_char
 
 
 def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create ``path`` and any missing parent owner-only (0700); existing parents are left as
+    they are (the work directory is the user's)."""
+    for folder in [*reversed(path.parents), path]:
+        if not folder.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(folder, 0o700)
     os.chmod(path, 0o700)
 
 
@@ -107,6 +112,7 @@ class FileOffloader:
         text = text_of(message)
         if len(text) <= threshold or text.startswith(PLACEHOLDER_PREFIX):
             return None
+        chars = len(text)  # what leaves the context; the core matches the entry to its message by it
         secrets = self.context.secrets
         if secrets is not None:
             text = secrets.redact(text)
@@ -124,7 +130,7 @@ class FileOffloader:
             tool_call_id=tool_call_id,
             handle=handle,
             path=str(path),
-            chars=len(text),
+            chars=chars,
             lines=text.count("\n") + 1,
             sha256=sha,
         )

@@ -1,0 +1,250 @@
+"""Helpers for testing progressive-compactor and plugins written for it.
+
+A plugin author's ``conftest.py`` needs one line::
+
+    pytest_plugins = ["progressive_compactor.testing"]
+
+and then gets the ``compactor_factory`` fixture, which builds a compactor whose files (offloaded
+tool results, JSONL records, session state) all live in the test's ``tmp_path``, never in the home
+directory::
+
+    def test_my_summarizer_is_used(compactor_factory):
+        compactor = compactor_factory(plugins={"summarizer": "my-summarizer"}, context_window=4000)
+        view, record = compactor.compact_with_record(build_history([3000] * 12))
+        assert record.plugins["summarizer"] == "my-summarizer"
+
+The module also ships small plugins that tests keep needing (a summarizer that records what it is
+asked and can be told to fail, a store that keeps records in a list) and builders of synthetic
+histories whose tool results have the sizes a test asks for. It imports pytest, so import it from
+tests only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import pytest
+
+from .compactor import ProgressiveCompactor
+from .config import CompactorConfig, config_from_dict, config_to_dict, deep_merge, load_config
+from .errors import SummarizerError
+from .hookspecs import hookimpl
+from .messages import char_count, message_from_dict, view_problems
+from .models import CompactionRecord, Message, SummaryRequest, SummaryResult
+
+KEYWORD_OPTIONS = ("todo_injector", "memory_extractor", "record_store", "offloader")
+"""Keyword options of :class:`ProgressiveCompactor` that are objects, not config overrides."""
+
+_FILE_BLOCKS = {
+    "offload-files": ("root", "tool_results"),
+    "store-jsonl": ("directory", "records"),
+    "state-files": ("directory", "state"),
+}
+"""Built-in plugins that write files: the setting that says where, and the folder used in tests."""
+
+
+def tmp_overrides(tmp_path: str | os.PathLike[str], selected: Iterable[str]) -> dict[str, Any]:
+    """Config overrides that point every file-writing built-in among ``selected`` into ``tmp_path``.
+
+    Only selected plugins get a block: the core rejects settings for a plugin that is not loaded.
+    """
+    root = Path(tmp_path)
+    blocks = {
+        name: {key: str(root / folder)}
+        for name, (key, folder) in _FILE_BLOCKS.items()
+        if name in set(selected)
+    }
+    return {"work_dir": str(root), "config": blocks}
+
+
+def make_config(
+    tmp_path: str | os.PathLike[str], config: CompactorConfig | str | None = "default", /, **overrides: Any
+) -> CompactorConfig:
+    """A config with ``overrides`` applied whose files all live under ``tmp_path``.
+
+    The test's own overrides win over the temporary folders, so a test may still point one plugin
+    somewhere else on purpose.
+    """
+    if isinstance(config, CompactorConfig):
+        base = config_to_dict(config)
+        probe = config_from_dict(deep_merge(base, overrides))
+        return config_from_dict(deep_merge(deep_merge(base, tmp_overrides(tmp_path, probe.plugins.names())), overrides))
+    probe = load_config(config, **overrides)
+    return load_config(config, **deep_merge(tmp_overrides(tmp_path, probe.plugins.names()), overrides))
+
+
+def make_compactor(
+    tmp_path: str | os.PathLike[str],
+    config: CompactorConfig | str | None = "default",
+    /,
+    *,
+    extra_plugins: Sequence[tuple[str, Any]] = (),
+    session_id: str = "test-session",
+    **overrides: Any,
+) -> ProgressiveCompactor:
+    """A :class:`ProgressiveCompactor` for a test: files under ``tmp_path``, ``overrides`` applied.
+
+    ``overrides`` are top-level config keys (``context_window=8000``, ``plugins={...}``,
+    ``config={"offload-files": {...}}``) and the compactor's keyword options (``todo_injector``,
+    ``memory_extractor``, ``record_store``, ``offloader``). ``extra_plugins`` are ``(name, object)``
+    pairs registered as they are: the way to try a plugin class before it is packaged.
+    """
+    options = {k: overrides.pop(k) for k in KEYWORD_OPTIONS if k in overrides}
+    cfg = make_config(tmp_path, config, **overrides)
+    return ProgressiveCompactor(cfg, session_id=session_id, extra_plugins=extra_plugins, **options)
+
+
+@pytest.fixture
+def compactor_factory(tmp_path: Path) -> Iterator[Callable[..., ProgressiveCompactor]]:
+    """``compactor_factory(**overrides)``: :func:`make_compactor` bound to the test's ``tmp_path``.
+
+    Every compactor it built is closed when the test ends.
+    """
+    built: list[ProgressiveCompactor] = []
+
+    def factory(config: CompactorConfig | str | None = "default", /, **overrides: Any) -> ProgressiveCompactor:
+        compactor = make_compactor(tmp_path, config, **overrides)
+        built.append(compactor)
+        return compactor
+
+    yield factory
+    for compactor in built:
+        compactor.close()
+
+
+# --- plugins tests keep needing ----------------------------------------------------------------
+
+
+class RecordingSummarizer:
+    """A summarizer that records every request; it answers with ``text``, raises ``fail``, or
+    (by default) delegates to the offline extractive summarizer.
+
+    Registered without ``trylast``, so it wins over the selected summarizer.
+    """
+
+    def __init__(self, text: str | Callable[[SummaryRequest], str] | None = None, fail: Exception | None = None):
+        self.text = text
+        self.fail = fail
+        self.requests: list[SummaryRequest] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    @hookimpl
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.requests.append(request)
+        if self.fail is not None:
+            raise self.fail
+        if self.text is None:
+            from .plugins.summarize_extractive import ExtractiveSummarizer
+
+            return ExtractiveSummarizer().summarize(request)
+        text = self.text(request) if callable(self.text) else self.text
+        return SummaryResult(text=text, tokens_in=request.replaced_tokens, tokens_out=len(text) // 4, model="recording")
+
+
+def failing_summarizer(cause: str = "HTTP 503 from the summarizer") -> RecordingSummarizer:
+    return RecordingSummarizer(fail=SummarizerError(cause))
+
+
+class ListStore:
+    """A record store that keeps records in a list, and notes which sessions were deleted."""
+
+    def __init__(self) -> None:
+        self.records: list[CompactionRecord] = []
+        self.deleted: list[str] = []
+
+    @hookimpl
+    def persist_record(self, record: CompactionRecord) -> None:
+        self.records.append(record)
+
+    @hookimpl
+    def on_delete_session(self, session_id: str) -> None:
+        self.deleted.append(session_id)
+
+
+# --- synthetic histories -----------------------------------------------------------------------
+
+
+def filler(chars: int, seed: str = "") -> str:
+    """Exactly ``chars`` characters of numbered lines (about 80 wide) that differ for each seed."""
+    lines: list[str] = []
+    total = -1  # n lines joined take n - 1 newlines
+    number = 1
+    while total < chars:
+        line = f"{seed} line {number}: " + "lorem ipsum dolor sit amet " * 3
+        lines.append(line[:79])
+        total += len(lines[-1]) + 1
+        number += 1
+    return "\n".join(lines)[:chars]
+
+
+def tool_call(call_id: str, command: str, name: str = "bash") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps({"command": command})}}
+
+
+def tool_turn(
+    call_id: str, result_chars: int, *, text: str = "", command: str | None = None, name: str = "bash"
+) -> list[dict[str, Any]]:
+    """An assistant message with one tool call and the tool result of ``result_chars`` characters."""
+    return [
+        {"role": "assistant", "content": text, "tool_calls": [tool_call(call_id, command or f"cat file_{call_id}.py", name)]},
+        {"role": "tool", "tool_call_id": call_id, "content": filler(result_chars, call_id)},
+    ]
+
+
+def build_history(
+    result_sizes: Sequence[int],
+    *,
+    system: str | None = "You are a careful coding agent.",
+    request: str = "Please fix the failing test in tests/test_parser.py without changing the public API.",
+    id_prefix: str = "call_",
+) -> list[dict[str, Any]]:
+    """``[system?, user request, (assistant with a tool call, tool result) per size]``."""
+    history: list[dict[str, Any]] = []
+    if system is not None:
+        history.append({"role": "system", "content": system})
+    history.append({"role": "user", "content": request})
+    for i, size in enumerate(result_sizes):
+        history += tool_turn(f"{id_prefix}{i}", size, text=f"Step {i}: let me look at file_{id_prefix}{i}.py.")
+    return history
+
+
+def estimate(messages: Iterable[Mapping[str, Any] | Message]) -> int:
+    """Tokens of ``messages`` as the default ``tokens-chars`` counts them (characters ÷ 4, per message)."""
+    total = 0
+    for i, m in enumerate(messages):
+        message = m if isinstance(m, Message) else message_from_dict(m, i)
+        total += int(char_count(message) / 4 + 0.999)
+    return total
+
+
+def window_for(history: Sequence[Mapping[str, Any]], ratio: float) -> int:
+    """The context window at which ``history`` fills ``ratio`` of it (rounded so it is not below)."""
+    return max(int(estimate(history) / ratio), 1)
+
+
+def problems(view: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the OpenAI chat API would reject in ``view``; empty when it is valid."""
+    return view_problems([message_from_dict(m, i) for i, m in enumerate(view)])
+
+
+__all__ = [
+    "ListStore",
+    "RecordingSummarizer",
+    "build_history",
+    "compactor_factory",
+    "estimate",
+    "failing_summarizer",
+    "filler",
+    "make_compactor",
+    "make_config",
+    "problems",
+    "tool_call",
+    "tool_turn",
+    "window_for",
+]

@@ -1,0 +1,61 @@
+"""Shared fixtures: compactors whose files live in ``tmp_path``, the corpus, synthetic histories.
+
+The factory and the small test plugins come from :mod:`progressive_compactor.testing`, the module
+plugin authors use too, so the library's own tests exercise what we ship for them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+pytest.register_assert_rewrite("progressive_compactor.testing")
+
+from progressive_compactor import CompactorConfig, ProgressiveCompactor  # noqa: E402
+from progressive_compactor.testing import RecordingSummarizer, make_config  # noqa: E402
+
+pytest_plugins = ["progressive_compactor.testing"]
+
+CORPUS_ENV = "COMPACTOR_CORPUS"
+
+
+def corpus_path() -> Path:
+    """``$COMPACTOR_CORPUS``, else ``../shared/corpus`` beside the repository."""
+    env = os.environ.get(CORPUS_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def corpus_dir() -> Path:
+    path = corpus_path()
+    if not path.is_dir() or not any(path.glob("*.jsonl")):
+        pytest.skip(
+            f"agent-trajectory corpus not found at {path}: set {CORPUS_ENV} to a folder of *.jsonl "
+            "chat histories to run the corpus tests"
+        )
+    return path
+
+
+@pytest.fixture
+def tmp_config(tmp_path: Path) -> CompactorConfig:
+    """The default config with offloads, records and state under ``tmp_path``."""
+    return make_config(tmp_path)
+
+
+@pytest.fixture
+def make_compactor(compactor_factory) -> Callable[..., ProgressiveCompactor]:
+    """``make_compactor(**overrides)``: a compactor with every file under this test's ``tmp_path``.
+
+    The ``compactor_factory`` fixture that plugin authors get; see
+    :func:`progressive_compactor.testing.make_compactor` for what ``overrides`` may hold.
+    """
+    return compactor_factory
+
+
+@pytest.fixture
+def recording_summarizer() -> RecordingSummarizer:
+    """A summarizer that counts its calls and delegates to the offline one."""
+    return RecordingSummarizer()

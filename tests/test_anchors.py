@@ -1,0 +1,268 @@
+"""Anchors (seed section 4): parsing with N/A filling, union merge, the compaction message, and
+the deterministic facts that the core adds whatever the summarizer wrote."""
+
+from __future__ import annotations
+
+import pytest
+
+from progressive_compactor import CompactionTier, ParsedSummary, hookimpl
+from progressive_compactor.anchors import (
+    COMPACTION_MARKER,
+    MAX_ANCHOR_LINES,
+    compaction_message_text,
+    complete,
+    empty_anchors,
+    ensure_facts,
+    facts_as_anchors,
+    format_summary,
+    merge_anchors,
+    parse_markdown,
+)
+from progressive_compactor.models import NOT_AVAILABLE, Anchor, AnchorType, Facts
+from progressive_compactor.testing import RecordingSummarizer, build_history, tool_turn, window_for
+
+FULL_TEXT = """## User Intent
+Fix the parser bug.
+
+## Execution Progress
+- Reproduced the failure
+
+## Key Decisions
+- Use a regex instead of split()
+
+## Tried Solutions
+- Patching the tokenizer: broke three tests
+
+## Next Steps
+Run the full suite.
+
+## Summary
+We are halfway there.
+"""
+
+
+def by_type(anchors):
+    return {a.type: a.content for a in anchors}
+
+
+# --- parsing (seed 4.4) --------------------------------------------------------------------------
+
+
+def test_all_five_anchors_and_the_prose_are_read():
+    parsed = parse_markdown(FULL_TEXT)
+    assert [a.type for a in parsed.anchors] == list(AnchorType)
+    assert by_type(parsed.anchors)[AnchorType.KEY_DECISION] == "- Use a regex instead of split()"
+    assert parsed.prose == "We are halfway there."
+    assert parsed.missing == ()
+
+
+def test_missing_anchors_are_filled_with_na():
+    parsed = parse_markdown("## Next Steps\nShip it\n\nsome prose")
+    assert [a.type for a in parsed.anchors] == list(AnchorType)
+    anchors = by_type(parsed.anchors)
+    assert anchors[AnchorType.NEXT_STEP] == "Ship it\n\nsome prose"  # a section runs to the next heading
+    assert anchors[AnchorType.USER_INTENT] == NOT_AVAILABLE
+    assert set(parsed.missing) == set(AnchorType) - {AnchorType.NEXT_STEP}
+
+
+def test_an_empty_section_counts_as_missing():
+    parsed = parse_markdown("## User Intent\n\n## Key Decisions\n- one")
+    assert AnchorType.USER_INTENT in parsed.missing
+    assert by_type(parsed.anchors)[AnchorType.USER_INTENT] == NOT_AVAILABLE
+
+
+def test_text_without_any_heading_is_prose_and_five_na_anchors():
+    parsed = parse_markdown("just a paragraph")
+    assert parsed.prose == "just a paragraph"
+    assert all(a.content == NOT_AVAILABLE for a in parsed.anchors)
+    assert len(parsed.missing) == 5
+
+
+@pytest.mark.parametrize(
+    "heading",
+    ["## user_intent", "# Intent", "**User Intent**", "**User Intent:**", "### USER INTENT ###"],
+)
+def test_heading_variants_are_understood(heading):
+    parsed = parse_markdown(f"{heading}\nthe goal\n")
+    assert by_type(parsed.anchors)[AnchorType.USER_INTENT] == "the goal"
+
+
+def test_format_and_parse_round_trip():
+    parsed = parse_markdown(FULL_TEXT)
+    again = parse_markdown(format_summary(parsed.anchors, parsed.prose))
+    assert again == parsed
+
+
+def test_complete_orders_and_fills():
+    anchors = complete([Anchor(AnchorType.NEXT_STEP, "x")])
+    assert [a.type for a in anchors] == list(AnchorType)
+    assert anchors[-1].content == "x" and anchors[0].content == NOT_AVAILABLE
+    assert all(a.is_empty for a in empty_anchors())
+
+
+# --- merge (seed 4.5) ----------------------------------------------------------------------------
+
+
+def test_merge_keeps_old_anchors_that_new_ones_leave_na():
+    old = parse_markdown(FULL_TEXT).anchors
+    merged = merge_anchors(old, empty_anchors())
+    assert merged == old
+
+
+def test_merge_is_a_union_without_repeats():
+    old = complete([Anchor(AnchorType.KEY_DECISION, "- Use a regex\n- Keep the API")])
+    new = complete([Anchor(AnchorType.KEY_DECISION, "- keep the api\n- Add a test")])
+    merged = by_type(merge_anchors(old, new))[AnchorType.KEY_DECISION]
+    assert merged.splitlines() == ["- Use a regex", "- Keep the API", "- Add a test"]
+
+
+def test_merge_takes_new_anchors_where_the_old_ones_were_na():
+    new = parse_markdown(FULL_TEXT).anchors
+    assert merge_anchors(empty_anchors(), new) == new
+
+
+def test_the_next_step_is_the_newest_alone():
+    old = complete([Anchor(AnchorType.NEXT_STEP, "Write the test")])
+    new = complete([Anchor(AnchorType.NEXT_STEP, "Open the PR")])
+    assert by_type(merge_anchors(old, new))[AnchorType.NEXT_STEP] == "Open the PR"
+    assert by_type(merge_anchors(old, empty_anchors()))[AnchorType.NEXT_STEP] == "Write the test"
+
+
+def test_merged_anchors_stay_bounded_and_the_intent_keeps_its_oldest_lines():
+    many = "\n".join(f"- item {i}" for i in range(MAX_ANCHOR_LINES))
+    more = "\n".join(f"- extra {i}" for i in range(10))
+    old = complete([Anchor(AnchorType.USER_INTENT, many), Anchor(AnchorType.EXECUTION_PROGRESS, many)])
+    new = complete([Anchor(AnchorType.USER_INTENT, more), Anchor(AnchorType.EXECUTION_PROGRESS, more)])
+    merged = by_type(merge_anchors(old, new))
+    intent = merged[AnchorType.USER_INTENT].splitlines()
+    progress = merged[AnchorType.EXECUTION_PROGRESS].splitlines()
+    assert len(intent) == len(progress) == MAX_ANCHOR_LINES
+    assert intent[0] == "- item 0" and "- extra 9" not in intent
+    assert progress[-1] == "- extra 9" and "- item 0" not in progress
+
+
+# --- deterministic facts -------------------------------------------------------------------------
+
+
+FACTS = Facts(
+    user_request="Make the CLI faster",
+    files_created=("bench.py",),
+    files_edited=("cli/main.py",),
+    files_read=("README.md",),
+    failed_commands=("`pytest -x` -> AssertionError: 3 != 4",),
+    decisions=("I'll use a cache instead of re-reading the file.",),
+    next_step="Now I'll profile the startup.",
+)
+
+
+def test_facts_become_anchors():
+    anchors = by_type(facts_as_anchors(FACTS))
+    assert anchors[AnchorType.USER_INTENT] == "Make the CLI faster"
+    assert "bench.py" in anchors[AnchorType.EXECUTION_PROGRESS]
+    assert "cli/main.py" in anchors[AnchorType.EXECUTION_PROGRESS]
+    assert "pytest -x" in anchors[AnchorType.TRIED_SOLUTION]
+    assert "cache" in anchors[AnchorType.KEY_DECISION]
+    assert anchors[AnchorType.NEXT_STEP] == "Now I'll profile the startup."
+    assert by_type(facts_as_anchors(Facts())) == {t: NOT_AVAILABLE for t in AnchorType}
+
+
+def test_ensure_facts_adds_what_the_summary_lacks_and_keeps_what_it_has():
+    summary = complete(
+        [
+            Anchor(AnchorType.USER_INTENT, "Speed things up"),
+            Anchor(AnchorType.EXECUTION_PROGRESS, "- Edited cli/main.py"),
+            Anchor(AnchorType.NEXT_STEP, "Measure again"),
+        ]
+    )
+    anchors = by_type(ensure_facts(summary, FACTS))
+    assert anchors[AnchorType.USER_INTENT].startswith("Make the CLI faster\n")
+    assert "Speed things up" in anchors[AnchorType.USER_INTENT]
+    assert "bench.py" in anchors[AnchorType.EXECUTION_PROGRESS]
+    assert anchors[AnchorType.EXECUTION_PROGRESS].count("cli/main.py") == 1
+    assert "pytest -x" in anchors[AnchorType.TRIED_SOLUTION]
+    assert anchors[AnchorType.NEXT_STEP] == "Measure again"
+    assert ensure_facts(ensure_facts(summary, FACTS), FACTS) == ensure_facts(summary, FACTS)
+
+
+# --- the compaction message ----------------------------------------------------------------------
+
+
+def test_compaction_message_format():
+    text = compaction_message_text(
+        parse_markdown(FULL_TEXT).anchors, "prose here", covered=12, handles=["s/c1"], todo=["- [ ] ship"]
+    )
+    assert text.splitlines()[0] == COMPACTION_MARKER
+    assert "The first 12 messages" in text
+    for title in ("User Intent", "Execution Progress", "Key Decisions", "Tried Solutions", "Next Steps", "Summary"):
+        assert f"## {title}" in text
+    assert "- s/c1" in text and "## Todo\n- [ ] ship" in text
+    assert parse_markdown(text).anchors == parse_markdown(FULL_TEXT).anchors
+
+
+# --- through the compactor -------------------------------------------------------------------------
+
+
+def test_incomplete_anchors_become_na_and_the_error_says_so(make_compactor):
+    history = build_history([3000] * 10)
+    summarizer = RecordingSummarizer(text="## Key Decisions\n- keep it small\n\n## Summary\nshort")
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("s", summarizer)])
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL
+    anchors = by_type(record.anchors)
+    assert len(record.anchors) == 5
+    assert anchors[AnchorType.KEY_DECISION] == "- keep it small"
+    assert anchors[AnchorType.TRIED_SOLUTION] == NOT_AVAILABLE
+    # The user's request is a fact the core adds itself, whatever the summarizer wrote.
+    assert anchors[AnchorType.USER_INTENT] == history[1]["content"]
+    assert record.error.startswith("anchor parsing incomplete: ")
+    for missing in ("user_intent", "execution_progress", "tried_solution", "next_step"):
+        assert missing in record.error
+    assert "key_decision" not in record.error
+    assert history[1]["content"] in view[1]["content"]
+
+
+def test_a_parse_anchors_plugin_replaces_the_markdown_reader(make_compactor):
+    class Shouting:
+        def __init__(self):
+            self.texts = []
+
+        @hookimpl
+        def parse_anchors(self, text):
+            self.texts.append(text)
+            return ParsedSummary(
+                anchors=complete([Anchor(t, t.value.upper()) for t in AnchorType]), prose="PROSE"
+            )
+
+    history = build_history([3000] * 10)
+    plugin = Shouting()
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("shouting", plugin)])
+    view, record = compactor.compact_with_record(history)
+    assert len(plugin.texts) == 1
+    assert by_type(record.anchors)[AnchorType.KEY_DECISION] == "KEY_DECISION"
+    assert record.summary_text == "PROSE"
+    assert "## Summary\nPROSE" in view[1]["content"]
+    assert record.error == ""
+
+
+def test_anchors_merge_across_compactions(make_compactor):
+    """The second summary writes a new decision and N/A for the old one: both survive (seed 4.5)."""
+    texts = iter(
+        [
+            "## Key Decisions\n- first decision\n## Tried Solutions\n- approach A failed\n## Summary\none",
+            "## Key Decisions\n- second decision\n## Summary\ntwo",
+        ]
+    )
+    summarizer = RecordingSummarizer(text=lambda request: next(texts))
+    history = build_history([3000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("s", summarizer)])
+    compactor.compact_with_record(history)
+    for i in range(20):
+        history += tool_turn(f"more_{i}", 3000)
+        view, record = compactor.compact_with_record(history)
+        if summarizer.calls == 2:
+            break
+    assert summarizer.calls == 2 and record.tier in (CompactionTier.SOFT, CompactionTier.FULL)
+    anchors = by_type(record.anchors)
+    assert anchors[AnchorType.KEY_DECISION].splitlines() == ["- first decision", "- second decision"]
+    assert "approach A failed" in anchors[AnchorType.TRIED_SOLUTION]
+    assert summarizer.requests[1].previous_anchors[2].content == "- first decision"

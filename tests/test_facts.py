@@ -1,0 +1,190 @@
+"""Deterministic facts (DESIGN.md "facts that do not depend on the summarizer") and the offline
+default summarizer that writes the five anchors from them."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+from progressive_compactor import CompactionTier, SummaryRequest
+from progressive_compactor.anchors import parse_markdown
+from progressive_compactor.facts import bound_text, error_line, extract_facts, first_user_request, is_failure
+from progressive_compactor.messages import messages_from_dicts
+from progressive_compactor.models import AnchorType, Facts
+from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
+from progressive_compactor.testing import RecordingSummarizer, build_history, tool_turn, window_for
+
+
+def call(call_id, name, **arguments):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+REQUEST = "Make the parser accept trailing commas."
+SESSION = [
+    {"role": "user", "content": "<system-reminder>be nice</system-reminder>"},
+    {"role": "user", "content": REQUEST},
+    {"role": "assistant", "content": "I'll use a regex instead of split(). Let me read the parser first.",
+     "tool_calls": [call("1", "Read", file_path="src/parser.py")]},
+    {"role": "tool", "tool_call_id": "1", "content": "def parse(): ..."},
+    {"role": "assistant", "content": "The root cause is the tokenizer.",
+     "tool_calls": [call("2", "Edit", file_path="src/parser.py", old_string="a", new_string="b"),
+                    call("3", "Write", file_path="tests/test_commas.py", content="x")]},
+    {"role": "tool", "tool_call_id": "2", "content": "ok"},
+    {"role": "tool", "tool_call_id": "3", "content": "ok"},
+    {"role": "assistant", "content": "", "tool_calls": [call("4", "bash", command="python -m pytest tests/test_commas.py")]},
+    {"role": "tool", "tool_call_id": "4",
+     "content": "<returncode>1</returncode>\n<output>\nE   AssertionError: expected 3\n1 failed\n</output>"},
+    {"role": "assistant", "content": "",
+     "tool_calls": [call("5", "bash", command="sed -i 's/a/b/' src/lexer.py && cat > notes.md <<'EOF'\nhi\nEOF\ncat setup.cfg")]},
+    {"role": "tool", "tool_call_id": "5", "content": "<returncode>0</returncode>"},
+    {"role": "assistant", "content": "Next, I will run the whole test suite."},
+]
+
+
+@pytest.fixture
+def facts() -> Facts:
+    return extract_facts(messages_from_dicts(SESSION))
+
+
+def test_the_first_real_request_skips_reminders_and_command_echoes(facts):
+    assert facts.user_request == REQUEST
+    echoes = messages_from_dicts([{"role": "user", "content": "<command-name>/clear</command-name>"},
+                                  {"role": "user", "content": "  "}, {"role": "user", "content": "real one"}])
+    assert first_user_request(echoes, 100) == "real one"
+    assert first_user_request(echoes[:2], 100) is None
+
+
+def test_a_long_request_is_bounded_with_its_head_and_tail():
+    text = "A" * 5000 + "B" * 5000
+    bounded = bound_text(text, 1000)
+    assert len(bounded) < 1100
+    assert bounded.startswith("A" * 700) and bounded.endswith("B" * 100)
+    assert "characters omitted" in bounded
+    assert bound_text("short", 1000) == "short"
+
+
+def test_files_from_structured_tools_and_shell_commands(facts):
+    assert facts.files_created == ("tests/test_commas.py", "notes.md")
+    assert facts.files_edited == ("src/parser.py", "src/lexer.py")
+    assert facts.files_read == ("setup.cfg",)  # src/parser.py was edited later: listed as edited only
+
+
+def test_failed_commands_with_their_error_line(facts):
+    (failed,) = facts.failed_commands
+    assert failed.startswith("`python -m pytest tests/test_commas.py` -> ")
+    assert "AssertionError: expected 3" in failed
+
+
+@pytest.mark.parametrize(
+    "text, failure",
+    [
+        ("<returncode>2</returncode>\nboom", True),
+        ("<returncode>0</returncode>\nall good", False),
+        ("Traceback (most recent call last):\n  ...\nValueError: x", True),
+        ("bash: foo: command not found", True),
+        ("Exit code 1\nerror: thing", True),
+        ("3 passed in 0.2s", False),
+    ],
+)
+def test_is_failure(text, failure):
+    assert is_failure(text) is failure
+
+
+def test_error_line_prefers_a_named_error():
+    assert error_line("Traceback (most recent call last):\n  File x\nKeyError: 'a'\n1 failed") == "KeyError: 'a'"
+
+
+def test_decisions_next_step_and_tools(facts):
+    assert facts.decisions == ("I'll use a regex instead of split().", "The root cause is the tokenizer.")
+    assert facts.next_step == "Next, I will run the whole test suite."
+    assert facts.tools_used == ("Read", "Edit", "Write", "bash")
+
+
+def test_facts_of_nothing_are_empty():
+    assert extract_facts([]) == Facts()
+
+
+# --- the offline summarizer ------------------------------------------------------------------------
+
+
+def request_for(messages, previous_summary=None, previous_anchors=()):
+    """A request as the core builds it: the facts carry the session's first request."""
+    msgs = tuple(messages_from_dicts(messages))
+    return SummaryRequest(
+        messages=msgs, previous_summary=previous_summary, previous_anchors=previous_anchors,
+        facts=attrs.evolve(extract_facts(msgs), user_request=REQUEST), session_id="s", tier=CompactionTier.FULL, max_summary_tokens=4000,
+        replaced_tokens=10_000,
+    )
+
+
+def test_the_extractive_summary_writes_all_five_anchors_from_the_messages():
+    result = ExtractiveSummarizer().summarize(request_for(SESSION))
+    parsed = parse_markdown(result.text)
+    assert parsed.missing == ()
+    anchors = {a.type: a.content for a in parsed.anchors}
+    assert anchors[AnchorType.USER_INTENT].startswith(REQUEST)
+    assert "tests/test_commas.py" in anchors[AnchorType.EXECUTION_PROGRESS]
+    assert "src/lexer.py" in anchors[AnchorType.EXECUTION_PROGRESS]
+    assert "regex instead of split()" in anchors[AnchorType.KEY_DECISION]
+    assert "pytest tests/test_commas.py" in anchors[AnchorType.TRIED_SOLUTION]
+    assert anchors[AnchorType.NEXT_STEP] == "Next, I will run the whole test suite."
+    assert "Compacted 12 messages" in parsed.prose
+
+
+def test_the_extractive_summary_is_deterministic_and_keeps_the_previous_prose():
+    one = ExtractiveSummarizer().summarize(request_for(SESSION))
+    assert ExtractiveSummarizer().summarize(request_for(SESSION)) == one
+    previous = parse_markdown(one.text)
+    two = ExtractiveSummarizer().summarize(
+        request_for([{"role": "user", "content": "Also handle tabs."}], previous.prose, previous.anchors)
+    )
+    parsed = parse_markdown(two.text)
+    assert parsed.prose.startswith(previous.prose)
+    anchors = {a.type: a.content for a in parsed.anchors}
+    assert "regex instead of split()" in anchors[AnchorType.KEY_DECISION]  # merged, not lost
+    assert "Later instruction: Also handle tabs." in anchors[AnchorType.USER_INTENT]
+
+
+def test_the_extractive_summary_shortens_its_prose_to_fit_the_budget():
+    messages = [{"role": "assistant", "content": f"Step {i}: " + "x" * 300} for i in range(20)]
+    request = attrs.evolve(request_for(messages, previous_summary="earlier work " * 1000), max_summary_tokens=1000)
+    text = ExtractiveSummarizer().summarize(request).text
+    assert len(text) <= request.max_summary_tokens * 4
+    assert "characters omitted" in text
+    assert parse_markdown(text).missing == ()  # the anchors are kept whole
+
+
+# --- through the compactor ---------------------------------------------------------------------------
+
+
+def test_the_request_survives_a_summarizer_that_forgets_it(make_compactor):
+    forgetful = RecordingSummarizer(text="## Summary\nStuff happened.")
+    history = build_history([3000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("f", forgetful)])
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL
+    intent = record.anchors[0]
+    assert intent.type is AnchorType.USER_INTENT and intent.content == history[1]["content"]
+    assert "file_call_0.py" in record.anchors[1].content  # files the agent read, from the facts
+
+
+def test_a_failed_command_reaches_the_tried_solutions_anchor(make_compactor):
+    history = build_history([3000] * 10)
+    history[3]["content"] = "Traceback (most recent call last):\n  File 'x'\nImportError: no module named foo\n"
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    view, record = compactor.compact_with_record(history)
+    tried = record.anchors[3]
+    assert "cat file_call_0.py" in tried.content and "ImportError: no module named foo" in tried.content
+    assert "ImportError: no module named foo" in view[1]["content"]
+
+
+def test_the_intent_is_bounded_by_intent_max_chars(make_compactor):
+    history = build_history([3000] * 10, request="Q" * 20_000)
+    compactor = make_compactor(context_window=window_for(history, 0.85), intent_max_chars=2000)
+    view, record = compactor.compact_with_record(history)
+    assert record.tier >= CompactionTier.FULL
+    assert bound_text("Q" * 20_000, 2000) in view[1]["content"]
+    history += tool_turn("later", 100)
+    assert bound_text("Q" * 20_000, 2000) in compactor.compact(history)[1]["content"]

@@ -1,0 +1,179 @@
+"""The essential truncation fallback (seed 6.2) and the summarizer rows of seed 6.1: whatever the
+summarizer does wrong, the compactor falls back to truncation and records why."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SummarizerError, SummaryResult, hookimpl
+from progressive_compactor.messages import messages_from_dicts, text_of, view_problems
+from progressive_compactor.models import Message
+from progressive_compactor.plugins.fallback_token_budget import MARKER, TokenBudgetFallback, groups
+from progressive_compactor.plugins.tokens_chars import CharTokens
+from progressive_compactor.testing import (
+    RecordingSummarizer,
+    build_history,
+    estimate,
+    failing_summarizer,
+    problems,
+    window_for,
+)
+
+ESTIMATE = CharTokens().estimate_tokens
+
+
+def fallback(messages, pinned, budget):
+    return TokenBudgetFallback().fallback_compact(messages, pinned, budget, ESTIMATE)
+
+
+def total(messages):
+    return sum(ESTIMATE(messages))
+
+
+# --- the plugin ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [50, 500, 1500, 3000, 100_000])
+def test_it_keeps_the_pinned_messages_fits_the_budget_and_keeps_pairs(budget):
+    messages = messages_from_dicts(build_history([1000] * 10))
+    out = fallback(messages, 1, budget)
+    assert total(out) <= budget
+    assert out[0].role == "system"
+    assert view_problems(out) == []
+    kept = out[1:]
+    assert kept == messages[len(messages) - len(kept):] or text_of(kept[-1]).find(MARKER.strip()) >= 0
+
+
+def test_it_keeps_the_newest_whole_groups():
+    messages = messages_from_dicts(build_history([1000] * 10))
+    out = fallback(messages, 1, 1000)
+    assert out[1:] == messages[-(len(out) - 1):]
+    assert out[1].role == "assistant"  # a group starts at its call, never at a result
+
+
+def test_everything_fits_nothing_is_dropped():
+    messages = messages_from_dicts(build_history([100] * 3))
+    assert fallback(messages, 1, 10**6) == messages
+
+
+def test_when_not_even_the_newest_group_fits_it_is_shortened():
+    messages = messages_from_dicts(build_history([50_000]))
+    out = fallback(messages, 1, 2000)
+    assert total(out) <= 2000
+    assert [m.role for m in out] == ["system", "assistant", "tool"]
+    assert MARKER.strip() in text_of(out[-1])
+
+
+def test_pinned_messages_over_the_budget_are_shortened_compaction_first():
+    pinned = [Message(role="system", content="S" * 4000), Message(role="user", content="C" * 40_000)]
+    out = fallback(pinned + [Message(role="user", content="hi")], 2, 3000)
+    assert total(out) <= 3000
+    assert out[0].content == "S" * 4000  # the system message is shortened last
+    assert MARKER.strip() in text_of(out[1])
+
+
+def test_groups_keep_results_with_their_call():
+    messages = messages_from_dicts(build_history([10] * 2))
+    assert [[m.role for m in g] for g in groups(messages)] == [["system"], ["user"], ["assistant", "tool"], ["assistant", "tool"]]
+
+
+# --- summarizer failures (seed 6.1) --------------------------------------------------------------
+
+
+class ReturnsBlank:
+    @hookimpl
+    def summarize(self, request):
+        return SummaryResult(text="  \n ")
+
+
+class ReturnsWrongType:
+    @hookimpl
+    def summarize(self, request):
+        return "a bare string"
+
+
+class RaisesTimeout:
+    @hookimpl
+    def summarize(self, request):
+        raise TimeoutError("read timed out after 30 s")
+
+
+@pytest.mark.parametrize(
+    "plugin, cause",
+    [
+        (failing_summarizer("HTTP 503 from api.example.com"), "summarizer failed: HTTP 503 from api.example.com"),
+        (RaisesTimeout(), "summarizer failed: TimeoutError: read timed out after 30 s"),
+        (ReturnsBlank(), "summarizer failed: summarizer returned empty text"),
+        (ReturnsWrongType(), "summarizer failed: summarizer returned str, not a SummaryResult"),
+    ],
+    ids=["summarizer-error", "timeout", "empty-text", "wrong-type"],
+)
+@pytest.mark.parametrize("ratio", [0.75, 0.85], ids=["soft", "full"])
+def test_a_failing_summarizer_falls_back_with_the_cause_in_the_record(make_compactor, plugin, cause, ratio):
+    history = build_history([3000] * 10)
+    compactor = make_compactor(context_window=window_for(history, ratio), extra_plugins=[("broken", plugin)])
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY
+    assert record.requested_tier in (CompactionTier.SOFT, CompactionTier.FULL)
+    assert record.error == f"{cause}; {EMERGENCY_ERROR}"
+    assert problems(view) == []
+    assert view[0] == history[0]
+    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert record.summarizer_calls == 1
+
+
+def test_no_summarizer_at_all_falls_back(make_compactor):
+    history = build_history([3000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85), plugins={"summarizer": "none"})
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY
+    assert record.error == f"summarizer failed: no summarizer plugin answered; {EMERGENCY_ERROR}"
+
+
+def test_after_a_fallback_the_users_request_is_still_in_the_view(make_compactor):
+    history = build_history([3000] * 30)
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("b", failing_summarizer())])
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY and record.summarized > 0
+    assert history[1]["content"] in view[1]["content"]
+    assert "dropped by emergency truncation" in view[1]["content"]
+
+
+def test_a_summarizer_that_recovers_is_used_on_the_next_turn(make_compactor):
+    flaky = RecordingSummarizer(fail=SummarizerError("rate limited", retryable=True, status=429))
+    history = build_history([3000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("flaky", flaky)])
+    _, first = compactor.compact_with_record(history)
+    assert first.tier is CompactionTier.EMERGENCY and "rate limited" in first.error
+    flaky.fail = None
+    for i in range(40):
+        history += build_history([3000], system=None, request=f"more {i}", id_prefix=f"m{i}_")
+        _, record = compactor.compact_with_record(history)
+        if record.summarizer_calls:
+            break
+    assert record.tier in (CompactionTier.SOFT, CompactionTier.FULL)
+    assert record.error == ""
+    assert flaky.requests[-1].previous_summary  # what the fallback kept is carried on
+
+
+# --- compact_force --------------------------------------------------------------------------------
+
+
+def test_compact_force_is_emergency_without_a_summary(make_compactor, recording_summarizer):
+    history = build_history([3000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.3), extra_plugins=[("r", recording_summarizer)])
+    view = compactor.compact_force(history)
+    assert recording_summarizer.calls == 0
+    assert problems(view) == []
+    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+
+
+def test_async_force_and_async_failure_behave_like_sync(make_compactor):
+    history = build_history([3000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("b", failing_summarizer())])
+    view, record = asyncio.run(compactor.acompact_with_record(history))
+    assert record.tier is CompactionTier.EMERGENCY and "HTTP 503" in record.error
+    forced = asyncio.run(compactor.acompact_force(history, "other"))
+    assert problems(forced) == []

@@ -1,0 +1,278 @@
+"""OpenAI chat messages: reading and writing them (unknown keys kept), the validity check, orphan
+repair (seed's repairOrphanedToolPairs, counted in the record), and the Anthropic converters."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import attrs
+import pytest
+
+from progressive_compactor import CompactionTier, InvalidMessagesError
+from progressive_compactor.messages import (
+    IMAGE_CHARS,
+    MISSING_RESULT,
+    char_count,
+    from_anthropic,
+    message_from_dict,
+    message_to_dict,
+    messages_from_dicts,
+    repair_tool_pairs,
+    replace_content,
+    text_of,
+    to_anthropic,
+    view_problems,
+)
+from progressive_compactor.testing import build_history, problems, tool_call, window_for
+
+
+def call(call_id, name="bash", arguments='{"command": "ls"}'):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def assistant(*ids, content=None):
+    return {"role": "assistant", "content": content, "tool_calls": [call(i) for i in ids]}
+
+
+def result(call_id, content="ok"):
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def msgs(*dicts):
+    return messages_from_dicts(dicts)
+
+
+# --- reading and writing -------------------------------------------------------------------------
+
+
+def test_an_unchanged_message_is_given_back_as_the_same_dict():
+    data = {"role": "user", "content": "hi", "x-trace": {"id": 7}}
+    assert message_to_dict(message_from_dict(data)) is data
+
+
+def test_unknown_keys_survive_a_change_of_content():
+    data = {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "long",
+        "name": "bash",
+        "cache_control": {"type": "ephemeral"},
+    }
+    out = message_to_dict(replace_content(message_from_dict(data), "short"))
+    assert out == {**data, "content": "short"}
+
+
+def test_unknown_keys_of_tool_calls_and_functions_are_kept():
+    data = {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "hmm",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "index": 0,
+             "function": {"name": "bash", "arguments": "{}", "strict": True}},
+        ],
+    }
+    message = message_from_dict(data)
+    assert message.extra == {"reasoning_content": "hmm"}
+    assert message_to_dict(attrs.evolve(message, raw=None)) == data
+
+
+def test_content_parts_are_kept_and_counted():
+    parts = [{"type": "text", "text": "look at this"}, {"type": "image_url", "image_url": {"url": "data:..."}}]
+    message = message_from_dict({"role": "user", "content": parts})
+    assert message.content == tuple(parts)
+    assert text_of(message) == "look at this\n[image]"
+    assert char_count(message) == len("look at this") + IMAGE_CHARS
+    assert message_to_dict(attrs.evolve(message, raw=None))["content"] == parts
+
+
+def test_char_count_includes_tool_call_names_and_arguments():
+    message = message_from_dict(assistant("c1", content="abc"))
+    assert char_count(message) == 3 + len("bash") + len('{"command": "ls"}')
+    assert char_count(message_from_dict({"role": "assistant", "content": None})) == 0
+
+
+def test_non_string_arguments_are_written_as_json():
+    data = {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}
+    assert message_from_dict(data).tool_calls[0].arguments == '{"a": 1}'
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ("just text", "expected an object"),
+        ({"role": "robot", "content": "x"}, "role 'robot' is not one of"),
+        ({"role": "user", "content": 5}, "content must be a string, null or a list"),
+        ({"role": "tool", "content": "x"}, "needs a tool_call_id"),
+        ({"role": "assistant", "tool_calls": {"id": "c"}}, "tool_calls must be a list"),
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}, "needs an 'id'"),
+    ],
+    ids=["not-a-dict", "bad-role", "bad-content", "tool-without-id", "calls-not-list", "call-without-id"],
+)
+def test_invalid_messages_name_the_index_and_the_problem(data, match):
+    with pytest.raises(InvalidMessagesError, match=match) as info:
+        message_from_dict(data, 4)
+    assert info.value.index == 4
+    assert str(info.value).startswith("message 4:")
+
+
+def test_the_compactor_rejects_an_invalid_history(make_compactor):
+    with pytest.raises(InvalidMessagesError, match="message 2"):
+        make_compactor().compact([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                                  {"role": "wizard", "content": "x"}])
+
+
+# --- validity -----------------------------------------------------------------------------------
+
+
+def test_a_valid_history_has_no_problems():
+    assert view_problems(msgs({"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                              assistant("a", "b"), result("b"), result("a"), {"role": "assistant", "content": "x"})) == []
+
+
+@pytest.mark.parametrize(
+    "history, problem",
+    [
+        ([{"role": "user", "content": "u"}, {"role": "system", "content": "s"}], "system message not first"),
+        ([{"role": "user", "content": "u"}, result("a")], "answers no open call"),
+        ([assistant("a"), {"role": "user", "content": "u"}], "have no result"),
+        ([assistant("a")], "end: tool calls ['a'] have no result"),
+        ([assistant("a"), result("a"), result("a")], "answers no open call"),
+        ([assistant("a"), result("a"), {"role": "user", "content": "u"}, result("a")], "answers no open call"),
+    ],
+    ids=["system-late", "orphan-result", "unanswered", "unanswered-at-end", "answered-twice", "result-too-late"],
+)
+def test_view_problems_find_each_violation(history, problem):
+    found = view_problems(msgs(*history))
+    assert any(problem in p for p in found), found
+
+
+# --- repair ---------------------------------------------------------------------------------------
+
+
+def test_repair_leaves_a_valid_history_alone():
+    history = msgs({"role": "user", "content": "u"}, assistant("a"), result("a"))
+    repaired, count = repair_tool_pairs(history)
+    assert count == 0 and repaired == history
+
+
+def test_repair_answers_an_unanswered_call_and_keeps_an_orphan_result_as_text():
+    history = msgs({"role": "user", "content": "u"}, assistant("a", "b"), result("a"),
+                   {"role": "user", "content": "next"}, result("zzz", "lost output"))
+    repaired, count = repair_tool_pairs(history)
+    assert count == 2
+    assert view_problems(repaired) == []
+    assert [m.role for m in repaired] == ["user", "assistant", "tool", "tool", "user", "user"]
+    assert repaired[3].tool_call_id == "b" and repaired[3].content == MISSING_RESULT
+    assert "lost output" in text_of(repaired[5]) and "zzz" in text_of(repaired[5])
+
+
+def test_repair_turns_a_late_system_message_into_a_user_message():
+    repaired, count = repair_tool_pairs(msgs({"role": "system", "content": "a"}, {"role": "system", "content": "b"}))
+    assert count == 1 and [m.role for m in repaired] == ["system", "user"]
+
+
+def test_repair_piece_by_piece_equals_repair_whole():
+    history = msgs({"role": "user", "content": "u"}, assistant("a"), result("x"), {"role": "user", "content": "v"},
+                   assistant("b"), result("b"), result("b"))
+    whole, n = repair_tool_pairs(history)
+    first, n1 = repair_tool_pairs(history[:3])
+    second, n2 = repair_tool_pairs(history[3:])
+    assert first + second == whole and n1 + n2 == n
+
+
+def test_orphans_are_repaired_and_counted_in_the_record(make_compactor):
+    history = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "fix it"},
+        assistant("never_answered"),
+        {"role": "user", "content": "are you there?"},
+        result("orphan", "output of a call nobody made"),
+        {"role": "assistant", "content": "yes"},
+    ]
+    view, record = make_compactor().compact_with_record(history)
+    assert record.tier is CompactionTier.NONE
+    assert record.repaired_tool_pairs == 2
+    assert problems(view) == []
+    assert any("output of a call nobody made" in str(m["content"]) for m in view)
+
+
+@pytest.mark.parametrize("ratio", [0.65, 0.85, 0.97], ids=["warn", "full", "emergency"])
+def test_orphans_are_repaired_at_every_tier(make_compactor, ratio):
+    history = build_history([5000] * 10)
+    history.insert(5, result("orphan", "stray"))
+    del history[10]  # the result of call_3: its call is now unanswered
+    compactor = make_compactor(context_window=window_for(history, ratio))
+    view, record = compactor.compact_with_record(history)
+    assert problems(view) == []
+    assert record.repaired_tool_pairs == 2
+
+
+# --- through the compactor ------------------------------------------------------------------------
+
+
+def test_unknown_keys_come_back_untouched_from_a_compaction(make_compactor):
+    history = build_history([5000] * 10)
+    for i, m in enumerate(history):
+        m["x-meta"] = {"index": i}
+    history[3]["cache_control"] = {"type": "ephemeral"}
+    before = copy.deepcopy(history)
+    compactor = make_compactor(context_window=window_for(history, 0.65))
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.WARN
+    assert view[3]["content"].startswith("[Tool result offloaded")
+    assert view[3]["cache_control"] == {"type": "ephemeral"} and view[3]["x-meta"] == {"index": 3}
+    for original, out in zip(before, view):
+        assert {k: v for k, v in out.items() if k != "content"} == {k: v for k, v in original.items() if k != "content"}
+    assert history == before
+
+
+def test_message_objects_are_accepted_as_input(make_compactor):
+    history = messages_from_dicts(build_history([100] * 3))
+    view = make_compactor().compact(history)
+    assert view == [message_to_dict(m) for m in history]
+
+
+# --- Anthropic ------------------------------------------------------------------------------------
+
+
+ROUND_TRIP = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "list files"},
+    {"role": "assistant", "content": "Looking.", "tool_calls": [tool_call("t1", "ls -la")]},
+    {"role": "tool", "tool_call_id": "t1", "content": "a.py\nb.py"},
+    {"role": "assistant", "content": None,
+     "tool_calls": [tool_call("t2", "cat a.py"), tool_call("t3", "cat b.py", name="read")]},
+    {"role": "tool", "tool_call_id": "t2", "content": "print(1)"},
+    {"role": "tool", "tool_call_id": "t3", "content": "print(2)"},
+    {"role": "user", "content": "thanks"},
+    {"role": "assistant", "content": "Done."},
+]
+
+
+def test_anthropic_round_trip():
+    system, messages = to_anthropic(ROUND_TRIP)
+    assert system == "be brief"
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert messages[1]["content"][1] == {"type": "tool_use", "id": "t1", "name": "bash",
+                                         "input": {"command": "ls -la"}}
+    assert [b["type"] for b in messages[4]["content"]] == ["tool_result", "tool_result", "text"]
+    assert from_anthropic(messages, system) == ROUND_TRIP
+
+
+def test_from_anthropic_reads_block_lists_in_tool_results():
+    messages = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "u1", "name": "shot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u1",
+                                      "content": [{"type": "text", "text": "a"}, {"type": "image"}]}]},
+    ]
+    out = from_anthropic(messages)
+    assert out[1] == {"role": "tool", "tool_call_id": "u1", "content": "a\n[image]"}
+    assert view_problems(messages_from_dicts(out)) == []
+    assert json.loads(out[0]["tool_calls"][0]["function"]["arguments"]) == {}
+
+
+def test_from_anthropic_rejects_other_roles():
+    with pytest.raises(InvalidMessagesError, match="user or assistant"):
+        from_anthropic([{"role": "system", "content": "x"}])

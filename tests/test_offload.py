@@ -1,0 +1,354 @@
+"""Offload (seed section 3): one file per tool result, the three skip conditions, the idempotency
+cache, fail-open writes, path safety, the production-time OffloadHook and reading results back."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from progressive_compactor import CompactionTier, CompactorError, Session, hookimpl
+from progressive_compactor.messages import message_from_dict
+from progressive_compactor.models import Message
+from progressive_compactor.plugins import offload_files
+from progressive_compactor.plugins.offload_files import PLACEHOLDER_PREFIX, FileOffloader
+from progressive_compactor.testing import build_history, filler, problems, tool_turn, window_for
+from progressive_compactor.tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
+
+TAIL = 6
+
+
+@pytest.fixture
+def write_count(monkeypatch):
+    """How many times the offloader wrote a file, per file name."""
+    counts: dict[str, int] = {}
+    real = offload_files.write_private
+
+    def counting(path, data):
+        counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
+        real(path, data)
+
+    monkeypatch.setattr(offload_files, "write_private", counting)
+    return counts
+
+
+def tool_message(call_id: str, chars: int) -> Message:
+    return Message(role="tool", tool_call_id=call_id, content=filler(chars, call_id))
+
+
+class SpyOffloader:
+    """Sees every offload request before the default plugin and lets it through."""
+
+    def __init__(self):
+        self.seen: list[str | None] = []
+
+    @hookimpl(tryfirst=True)
+    def offload(self, message, session_id, threshold):
+        self.seen.append(message.tool_call_id)
+        return None
+
+
+# --- the plugin itself -------------------------------------------------------------------------
+
+
+def test_one_file_per_result_with_a_preview_placeholder(tmp_path):
+    offloader = FileOffloader(FileOffloader.Config(root=str(tmp_path / "root")))
+    message = tool_message("call_7", 6000)
+    entry = offloader.offload(message, "session-1", 4000)
+    path = tmp_path / "root" / "session-1" / "call_7.txt"
+    assert Path(entry.path) == path
+    assert path.read_bytes() == message.content.encode()
+    assert entry.handle == "session-1/call_7"
+    assert entry.chars == 6000 and entry.lines == message.content.count("\n") + 1
+    lines = message.content.splitlines()
+    assert entry.placeholder.startswith(f"{PLACEHOLDER_PREFIX}: 6000 characters")
+    assert "\n".join(lines[:10]) in entry.placeholder  # a ten-line preview
+    assert lines[10] not in entry.placeholder
+    assert entry.handle in entry.placeholder and "read_tool_result" in entry.placeholder
+    assert offloader.read_offloaded(entry.handle) == message.content
+
+
+def test_preview_lines_come_from_config(make_compactor):
+    history = build_history([5000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 0.65), config={"offload-files": {"preview_lines": 3}}
+    )
+    view, record = compactor.compact_with_record(history)
+    original = history[3]["content"].splitlines()
+    assert "\n".join(original[:3]) in view[3]["content"]
+    assert original[3] not in view[3]["content"]
+
+
+def test_default_root_is_under_the_work_dir(tmp_path):
+    from progressive_compactor.plugin_manager import PluginContext
+
+    offloader = FileOffloader(context=PluginContext(work_dir=str(tmp_path)))
+    entry = offloader.offload(tool_message("c1", 5000), "s", 4000)
+    assert Path(entry.path) == tmp_path / ".compactor" / "tool_results" / "s" / "c1.txt"
+
+
+# --- the three skip conditions -------------------------------------------------------------------
+
+
+def test_a_result_without_tool_call_id_is_not_offloaded(make_compactor):
+    history = build_history([5000] * 10)
+    history[2]["tool_calls"][0]["id"] = ""
+    history[3]["tool_call_id"] = ""
+    assert problems(history) == []
+    spy = SpyOffloader()
+    compactor = make_compactor(context_window=window_for(history, 0.65), extra_plugins=[("spy", spy)])
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.WARN
+    assert "" not in spy.seen and "call_1" in spy.seen
+    assert view[3] == history[3]
+    assert "" not in {e.tool_call_id for e in record.offloaded}
+    assert FileOffloader().offload(Message(role="tool", tool_call_id="", content="x" * 9000), "s", 10) is None
+
+
+@pytest.mark.parametrize("chars, offloaded", [(3999, False), (4000, False), (4001, True)])
+def test_results_at_or_below_the_threshold_stay(make_compactor, chars, offloaded):
+    history = build_history([chars] + [100] * 9)
+    compactor = make_compactor(context_window=window_for(history, 0.65))
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.WARN
+    assert bool(record.offloaded) is offloaded
+    assert view[3]["content"].startswith(PLACEHOLDER_PREFIX) is offloaded
+
+
+def test_a_result_already_offloaded_by_the_offload_hook_is_skipped(make_compactor, tmp_path, write_count):
+    compactor = make_compactor(offload_threshold=100)
+    history = build_history([200] * 9)
+    history += tool_turn("big", 0)[:1]
+    history.append(compactor.offload_tool_result({"role": "tool", "tool_call_id": "big", "content": filler(12_000)}))
+    history += tool_turn("after1", 200) + tool_turn("after2", 200) + tool_turn("after3", 200)
+    assert history[-7]["content"].startswith(PLACEHOLDER_PREFIX)
+    assert len(history[-7]["content"]) > 100  # above this compactor's offload threshold
+    assert write_count == {"big.txt": 1}
+    compactor = make_compactor(context_window=window_for(history, 0.65), offload_threshold=100)
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.WARN
+    assert "big" not in {e.tool_call_id for e in record.offloaded}
+    assert view[-7] == history[-7]
+    assert write_count["big.txt"] == 1
+
+
+# --- idempotency -------------------------------------------------------------------------------
+
+
+def test_a_second_turn_does_not_rewrite_the_files(make_compactor, tmp_path, write_count):
+    history = build_history([5000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.65))
+    first_view, first = compactor.compact_with_record(history)
+    assert len(first.offloaded) == 7
+    folder = tmp_path / "tool_results" / "test-session"
+    mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    history.append({"role": "user", "content": "and one more thing"})
+    view, second = compactor.compact_with_record(history)
+    assert second.tier is CompactionTier.NONE  # decided on the view, which keeps the placeholders
+    assert view[:-1] == first_view
+    for i in range(10):  # grow until the view reaches Warn again
+        history += tool_turn(f"more_{i}", 5000)
+        view, third = compactor.compact_with_record(history)
+        if third.tier is CompactionTier.WARN:
+            break
+    assert third.tier is CompactionTier.WARN
+    assert third.offloaded and not {e.tool_call_id for e in third.offloaded} & {e.tool_call_id for e in first.offloaded}
+    assert view[: len(first_view) - TAIL] == first_view[: len(first_view) - TAIL]
+    assert {name: (folder / name).stat().st_mtime_ns for name in mtimes} == mtimes
+    assert set(write_count.values()) == {1}
+
+
+def test_the_plugin_cache_and_an_existing_identical_file_skip_the_write(tmp_path, write_count):
+    config = FileOffloader.Config(root=str(tmp_path))
+    message = tool_message("c1", 5000)
+    one = FileOffloader(config)
+    first = one.offload(message, "s", 4000)
+    again = one.offload(message, "s", 4000)
+    other_process = FileOffloader(config).offload(message, "s", 4000)
+    assert first == again == other_process
+    assert write_count == {"c1.txt": 1}
+
+
+def test_the_same_id_with_other_text_gets_its_own_file(tmp_path):
+    offloader = FileOffloader(FileOffloader.Config(root=str(tmp_path)))
+    a = offloader.offload(Message(role="tool", tool_call_id="dup", content="a" * 5000), "s", 4000)
+    b = offloader.offload(Message(role="tool", tool_call_id="dup", content="b" * 5000), "s", 4000)
+    assert a.path != b.path
+    assert offloader.read_offloaded(a.handle) == "a" * 5000
+    assert offloader.read_offloaded(b.handle) == "b" * 5000
+
+
+# --- path safety -------------------------------------------------------------------------------
+
+HOSTILE_IDS = ["../../etc/passwd", "/etc/passwd", "a/b", "x\x00y", "..", ".", "~root", "C:\\evil", "-rf", "a" * 300, ""]
+
+
+@pytest.mark.parametrize("session_id", ["plain", "../../escape", "/abs", "s/\x00/.."], ids=repr)
+@pytest.mark.parametrize("call_id", HOSTILE_IDS[:-1], ids=lambda v: repr(v)[:20])
+def test_no_id_escapes_the_root(tmp_path, session_id, call_id):
+    root = tmp_path / "root"
+    offloader = FileOffloader(FileOffloader.Config(root=str(root)))
+    message = Message(role="tool", tool_call_id=call_id, content="secret " * 1000)
+    entry = offloader.offload(message, session_id, 4000)
+    path = Path(entry.path)
+    assert path.resolve().is_relative_to(root.resolve())
+    assert path.parent.parent == root
+    assert offloader.read_offloaded(entry.handle) == message.content
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == [path]
+
+
+@pytest.mark.parametrize("handle", ["../root/s/c1", "s/../../x", "/etc/passwd", "s/c1/../../x", "", "s"])
+def test_a_hostile_handle_reads_nothing(tmp_path, handle):
+    (tmp_path / "x.txt").write_text("outside")
+    offloader = FileOffloader(FileOffloader.Config(root=str(tmp_path / "root")))
+    offloader.offload(tool_message("c1", 5000), "s", 4000)
+    assert offloader.read_offloaded(handle) is None
+
+
+def test_files_are_private(tmp_path):
+    offloader = FileOffloader(FileOffloader.Config(root=str(tmp_path / "root")))
+    entry = offloader.offload(tool_message("c1", 5000), "s", 4000)
+    assert stat.S_IMODE(os.stat(entry.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(Path(entry.path).parent).st_mode) == 0o700
+    assert not [p for p in Path(entry.path).parent.iterdir() if p.name.startswith(".tmp")]
+
+
+# --- fail-open (seed 6.1) ------------------------------------------------------------------------
+
+
+def test_a_failed_write_keeps_the_original_and_appends_the_error(make_compactor, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the offload root should be")
+    history = build_history([5000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 0.65), config={"offload-files": {"root": str(blocker)}}
+    )
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.WARN
+    assert view == history
+    assert record.offloaded == ()
+    assert "offload of call_0 failed: OffloadError: cannot write" in record.error
+    assert "Not a directory" in record.error
+    assert record.error.count("offload of") == 7
+
+
+def test_a_failed_write_does_not_stop_the_summary(make_compactor, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    history = build_history([5000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 0.85), config={"offload-files": {"root": str(blocker)}}
+    )
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL
+    assert record.summarized == 15
+    assert "offload of call_0 failed" in record.error
+    assert problems(view) == []
+
+
+def test_the_offload_hook_is_fail_open_too(make_compactor, tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    compactor = make_compactor(config={"offload-files": {"root": str(blocker)}})
+    message = {"role": "tool", "tool_call_id": "c1", "content": "x" * 20_000, "custom": 1}
+    assert compactor.offload_tool_result(message) == message
+    assert "offloading tool result c1 failed" in caplog.text
+
+
+# --- production-time OffloadHook (seed 3.4) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("chars, offloaded", [(10_000, False), (10_001, True)])
+def test_the_offload_hook_threshold_is_ten_thousand(make_compactor, chars, offloaded):
+    compactor = make_compactor()
+    message = {"role": "tool", "tool_call_id": "c1", "content": filler(chars), "name": "bash"}
+    out = compactor.offload_tool_result(message)
+    assert out["content"].startswith(PLACEHOLDER_PREFIX) is offloaded
+    assert out["tool_call_id"] == "c1" and out["name"] == "bash"
+    if offloaded:
+        assert compactor.read_tool_result("test-session/c1") == message["content"]
+    else:
+        assert out == message
+
+
+def test_session_add_tool_result_offloads_before_the_result_enters_the_history(make_compactor):
+    session = Session(make_compactor(), "s1")
+    session.append({"role": "user", "content": "go"}, tool_turn("c1", 0)[0])
+    stored = session.add_tool_result("c1", "y" * 50_000)
+    assert session.history[-1] is not None and session.history[-1]["content"] == stored["content"]
+    assert stored["content"].startswith(PLACEHOLDER_PREFIX)
+    assert len(stored["content"]) < 3000
+    assert session.compactor.read_tool_result("s1/c1") == "y" * 50_000
+
+
+# --- reading back ------------------------------------------------------------------------------
+
+
+def test_handles_in_the_compaction_message_read_back_the_original(make_compactor):
+    history = build_history([5000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    view, record = compactor.compact_with_record(history)
+    for entry in record.offloaded:
+        assert f"- {entry.handle}" in view[1]["content"]
+        original = next(m["content"] for m in history if m.get("tool_call_id") == entry.tool_call_id)
+        assert compactor.read_tool_result(entry.handle) == original
+        assert Path(entry.path).read_bytes() == original.encode()
+
+
+def test_read_tool_result_by_lines_and_errors(make_compactor):
+    compactor = make_compactor()
+    text = "\n".join(f"row {i}" for i in range(1, 3001))
+    compactor.offload_tool_result({"role": "tool", "tool_call_id": "c9", "content": text})
+    assert compactor.read_tool_result("test-session/c9", (2, 4)) == "row 2\nrow 3\nrow 4"
+    with pytest.raises(CompactorError, match="no offloaded tool result"):
+        compactor.read_tool_result("test-session/nope")
+    args = json.dumps({"handle": "test-session/c9", "start_line": 3000})
+    assert handle_read_tool_call(compactor, args) == "row 3000"
+    assert handle_read_tool_call(compactor, {"handle": "x/y"}).startswith("error: no offloaded")
+    assert handle_read_tool_call(compactor, "{not json").startswith("error: invalid arguments")
+    assert READ_TOOL_RESULT_TOOL["function"]["name"] == "read_tool_result"
+
+
+def test_emergency_offloads_the_tail_too_so_nothing_is_lost(make_compactor):
+    history = build_history([5000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.97))
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY
+    assert {e.tool_call_id for e in record.offloaded} == {f"call_{i}" for i in range(10)}
+    for m in history:
+        if m["role"] == "tool":
+            assert compactor.read_tool_result(f"test-session/{m['tool_call_id']}") == m["content"]
+
+
+def test_delete_session_removes_only_that_sessions_folder(make_compactor, tmp_path):
+    compactor = make_compactor()
+    big = {"role": "tool", "tool_call_id": "c1", "content": "z" * 20_000}
+    compactor.offload_tool_result(big, "a")
+    compactor.offload_tool_result(big, "b")
+    assert compactor.delete_session("a") == []
+    assert not (tmp_path / "tool_results" / "a").exists()
+    assert (tmp_path / "tool_results" / "b" / "c1.txt").exists()
+    # the cache forgot session a: offloading again writes the file again
+    compactor.offload_tool_result(big, "a")
+    assert (tmp_path / "tool_results" / "a" / "c1.txt").exists()
+
+
+def test_message_from_dict_rejects_a_tool_message_without_id():
+    with pytest.raises(CompactorError, match="needs a tool_call_id"):
+        message_from_dict({"role": "tool", "content": "x"}, 3)
+
+
+def test_a_reused_tool_call_id_does_not_get_the_earlier_results_placeholder(make_compactor):
+    history = build_history([5000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.65))
+    assert len(compactor.compact_with_record(history)[1].offloaded) == 7
+    history += tool_turn("call_0", 0)[:1] + [{"role": "tool", "tool_call_id": "call_0", "content": "second answer"}]
+    for i in range(10):
+        history += tool_turn(f"later_{i}", 100)
+        view = compactor.compact(history)
+    contents = [m["content"] for m in view if m.get("tool_call_id") == "call_0"]
+    assert contents[0].startswith(PLACEHOLDER_PREFIX)
+    assert contents[1] == "second answer"

@@ -1,0 +1,133 @@
+"""Property-based tests: over generated histories, compacted turn by turn at random context
+windows, every view that leaves the compactor is valid for the OpenAI chat API and fits the token
+target of its tier, the caller's history is never modified, and offloaded files hold the original.
+
+Token targets the core guarantees (tokens as ``tokens-chars`` counts them):
+
+* None: the view is the history, below ``warn`` of the window (that is why it is None);
+* Warn: offloads only, so still below ``soft``;
+* Soft and Full: below ``soft`` afterwards, or the loop guard escalates;
+* Emergency: at most ``fallback_budget`` of the window.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from progressive_compactor import CompactionTier
+from progressive_compactor.testing import (
+    RecordingSummarizer,
+    estimate,
+    failing_summarizer,
+    filler,
+    make_compactor,
+    problems,
+    tool_call,
+)
+
+SOFT, WARN = 0.70, 0.60
+
+sizes = st.one_of(
+    st.integers(0, 400),
+    st.integers(400, 4500),
+    st.integers(4500, 12_000),
+    st.integers(12_000, 60_000),  # the occasional huge tool result
+)
+
+events = st.one_of(
+    st.tuples(st.just("user"), st.integers(1, 3000)),
+    st.tuples(st.just("assistant"), st.integers(0, 2000)),
+    st.tuples(st.just("tools"), st.lists(sizes, min_size=1, max_size=3)),
+    st.tuples(st.just("tools-missing-result"), st.lists(sizes, min_size=1, max_size=3)),
+    st.tuples(st.just("orphan-result"), sizes),
+    st.tuples(st.just("user-parts"), st.integers(0, 3000)),  # text and an image, as a list of parts
+)
+
+
+@st.composite
+def histories(draw):
+    history = []
+    if draw(st.booleans()):
+        history.append({"role": "system", "content": filler(draw(st.integers(10, 3000)), "system")})
+    history.append({"role": "user", "content": "Fix the bug. " + filler(draw(st.integers(0, 2000)), "request")})
+    for n, (kind, arg) in enumerate(draw(st.lists(events, min_size=1, max_size=30))):
+        if kind == "user":
+            history.append({"role": "user", "content": filler(arg, f"u{n}")})
+        elif kind == "assistant":
+            history.append({"role": "assistant", "content": filler(arg, f"a{n}")})
+        elif kind.startswith("tools"):
+            ids = [f"c{n}_{k}" for k in range(len(arg))]
+            history.append({"role": "assistant", "content": None if n % 3 == 0 else f"Running {len(ids)} tools.",
+                            "tool_calls": [tool_call(i, f"cat f{i}.py") for i in ids]})
+            answered = list(zip(ids, arg))
+            if kind == "tools-missing-result":
+                answered = answered[1:]
+            history += [{"role": "tool", "tool_call_id": i, "content": filler(size, i)} for i, size in answered]
+        elif kind == "user-parts":
+            history.append({"role": "user", "content": [{"type": "text", "text": filler(arg, f"p{n}")},
+                                                        {"type": "image_url", "image_url": {"url": "data:,"}}]})
+        else:
+            history.append({"role": "tool", "tool_call_id": f"orphan{n}", "content": filler(arg, f"o{n}")})
+    return history
+
+
+def check_view(compactor, history, view, record):
+    """Every promise the core makes about one view."""
+    window = compactor.config.context_window
+    assert problems(view) == [], (record.tier, record.error)
+    if history and history[0]["role"] == "system":
+        assert view[0]["role"] == "system"
+    tokens = estimate(view)
+    assert tokens == record.tokens_after
+    if record.tier is CompactionTier.EMERGENCY:
+        assert tokens <= compactor.config.fallback_budget * window, record.error
+    elif record.tier is CompactionTier.NONE:
+        assert tokens < WARN * window
+    else:
+        assert tokens < SOFT * window, (record.tier, record.error)
+    results = {m["tool_call_id"]: m["content"] for m in history if m["role"] == "tool"}
+    for entry in record.offloaded:
+        assert Path(entry.path).read_bytes() == results[entry.tool_call_id].encode()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    history=histories(),
+    window=st.integers(1000, 40_000),
+    min_tail=st.integers(0, 8),
+    summarizer_fails=st.booleans(),
+)
+def test_every_view_is_valid_and_fits_its_tier_turn_by_turn(history, window, min_tail, summarizer_fails):
+    summarizer = failing_summarizer() if summarizer_fails else RecordingSummarizer()
+    with tempfile.TemporaryDirectory() as tmp:
+        compactor = make_compactor(tmp, context_window=window, min_tail_messages=min_tail,
+                                   extra_plugins=[("summarizer-under-test", summarizer)])
+        before = copy.deepcopy(history)
+        cuts = [i for i, m in enumerate(history) if m["role"] == "assistant" and i > 0] + [len(history)]
+        for cut in cuts:
+            prefix = history[:cut]
+            view, record = compactor.compact_with_record(prefix)
+            check_view(compactor, prefix, view, record)
+        forced = compactor.compact_force(history)
+        assert problems(forced) == []
+        assert estimate(forced) <= compactor.config.fallback_budget * window
+        assert history == before
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(history=histories(), window=st.integers(1000, 40_000))
+def test_a_whole_history_at_once_is_valid_and_fits(history, window):
+    with tempfile.TemporaryDirectory() as tmp:
+        compactor = make_compactor(tmp, context_window=window)
+        view, record = compactor.compact_with_record(history)
+        check_view(compactor, history, view, record)
+        again, second = compactor.compact_with_record(history)
+        check_view(compactor, history, again, second)
+        assert second.summarizer_calls == 0  # incremental, not repeated
+        if CompactionTier.NONE < record.tier < CompactionTier.EMERGENCY:
+            assert again == view  # the same prefix again: the provider's prompt cache keeps working

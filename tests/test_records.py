@@ -1,0 +1,205 @@
+"""CompactionRecords (seed section 5): the JSONL store, fail-open persistence, the notification."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+
+import pytest
+
+from progressive_compactor import CompactionTier, hookimpl
+from progressive_compactor.converters import record_from_dict, record_to_dict, record_to_json
+from progressive_compactor.notification import human_bytes, human_tokens, notification
+from progressive_compactor.plugins.store_jsonl import JsonlStore, append_line, read_records
+from progressive_compactor.testing import ListStore, build_history, window_for
+
+SEED_FIELDS = (
+    "id session_id timestamp tier tokens_before tokens_after msgs_before msgs_after anchors offloaded "
+    "summarized preserved_tail summary_text compression_ratio duration_ms error"
+).split()
+DESIGN_FIELDS = (
+    "schema_version variant plugins token_method repaired_tool_pairs cache_stable_prefix_tokens "
+    "summarizer_tokens_in summarizer_tokens_out"
+).split()
+
+
+@pytest.fixture
+def full_run(make_compactor, tmp_path):
+    history = build_history([5000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    view, record = compactor.compact_with_record(history)
+    return compactor, history, record, tmp_path / "records" / "test-session.jsonl"
+
+
+def lines_of(path):
+    return path.read_text("utf-8").splitlines()
+
+
+def test_each_record_is_one_json_line_in_the_sessions_file(full_run):
+    compactor, history, record, path = full_run
+    assert record.tier is CompactionTier.FULL
+    (line,) = lines_of(path)
+    data = json.loads(line)
+    assert set(SEED_FIELDS + DESIGN_FIELDS) <= set(data)
+    assert data["tier"] == "full"
+    assert data["id"] == record.id
+    assert record_from_dict(data) == record
+
+
+def test_the_file_is_append_only(full_run):
+    compactor, history, first, path = full_run
+    before = path.read_bytes()
+    compactor.compact_force(history)
+    assert path.read_bytes().startswith(before)
+    records = list(read_records(path))
+    assert [r.tier for r in records] == [CompactionTier.FULL, CompactionTier.EMERGENCY]
+    assert records[0] == first
+
+
+def test_tier_none_is_skipped_unless_asked_for(make_compactor, tmp_path):
+    history = build_history([100] * 3)
+    compactor = make_compactor()
+    compactor.compact_with_record(history)
+    assert not (tmp_path / "records").exists()
+    compactor = make_compactor(config={"store-jsonl": {"record_none": True}})
+    _, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.NONE
+    assert [r.id for r in read_records(tmp_path / "records" / "test-session.jsonl")] == [record.id]
+
+
+def test_records_are_private(full_run):
+    *_, path = full_run
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_the_directory_is_configurable_and_the_default_is_in_the_home():
+    assert JsonlStore.Config().directory == "~/.compactor/compaction_records"
+    store = JsonlStore(JsonlStore.Config(directory="/somewhere/else"))
+    assert str(store.path_for("s1")) == "/somewhere/else/s1.jsonl"
+    assert store.path_for("../../etc/passwd").parent == store.directory
+
+
+def test_record_round_trip_through_json(full_run):
+    *_, record, _ = full_run
+    assert record_from_dict(json.loads(record_to_json(record))) == record
+    assert record_to_dict(record)["anchors"][0]["type"] == "user_intent"
+
+
+# --- torn last line ------------------------------------------------------------------------------
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning(full_run, caplog):
+    compactor, history, record, path = full_run
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"id": "torn", "session_id": "test-sess')  # the process died mid-write
+    with caplog.at_level(logging.WARNING, logger="progressive_compactor"):
+        records = list(read_records(path))
+    assert records == [record]
+    assert "torn last line" in caplog.text
+
+
+def test_the_next_append_after_a_torn_line_starts_a_new_line(full_run):
+    compactor, history, record, path = full_run
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"id": "torn"')
+    compactor.compact_force(history)
+    lines = lines_of(path)
+    assert lines[1] == '{"id": "torn"'
+    assert json.loads(lines[2])["tier"] == "emergency"
+    assert [r.tier for r in read_records(path)] == [CompactionTier.FULL, CompactionTier.EMERGENCY]
+
+
+def test_an_unreadable_middle_line_is_skipped_too(tmp_path, caplog):
+    path = tmp_path / "r.jsonl"
+    append_line(path, "not json")
+    append_line(path, "{}")
+    assert list(read_records(path)) == []
+    assert "unreadable line" in caplog.text
+
+
+# --- fail-open persistence (seed 6.1) -----------------------------------------------------------
+
+
+class BrokenStore:
+    def __init__(self):
+        self.calls = 0
+
+    @hookimpl
+    def persist_record(self, record):
+        self.calls += 1
+        raise ConnectionError("database is down")
+
+
+@pytest.mark.parametrize("broken_first", [True, False], ids=["broken-registered-first", "broken-registered-last"])
+def test_a_failing_store_logs_a_warning_and_the_others_still_run(make_compactor, tmp_path, caplog, broken_first):
+    broken, good = BrokenStore(), ListStore()
+    plugins = [("broken", broken), ("good", good)]
+    history = build_history([5000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 0.85), extra_plugins=plugins if broken_first else plugins[::-1]
+    )
+    with caplog.at_level(logging.WARNING, logger="progressive_compactor"):
+        view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL
+    assert record.error == ""
+    assert broken.calls == 1
+    assert good.records == [record]
+    assert len(list(read_records(tmp_path / "records" / "test-session.jsonl"))) == 1
+    assert "persist_record of plugin broken failed: ConnectionError: database is down" in caplog.text
+
+
+def test_an_unwritable_records_directory_does_not_stop_compaction(make_compactor, tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    history = build_history([5000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 0.85), config={"store-jsonl": {"directory": str(blocker)}}
+    )
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL and record.summarized == 15
+    assert "persist_record of plugin store-jsonl failed" in caplog.text
+
+
+def test_stores_can_be_disabled(make_compactor, tmp_path):
+    history = build_history([5000] * 10)
+    compactor = make_compactor(context_window=window_for(history, 0.85), plugins={"stores": []})
+    compactor.compact_with_record(history)
+    assert not (tmp_path / "records").exists()
+
+
+# --- notification (seed 5.4) -------------------------------------------------------------------
+
+
+def test_the_two_line_notification(full_run):
+    *_, record, _ = full_run
+    first, second = notification(record).splitlines()
+    ratio = round(record.compression_ratio * 100)
+    assert first == (
+        f"⚡ Context compressed [Full] {human_tokens(record.tokens_before)}->"
+        f"{human_tokens(record.tokens_after)} tokens ({ratio}% compression ratio)"
+    )
+    offloaded = human_bytes(sum(e.chars for e in record.offloaded))
+    assert second == f"   5 anchors | 7 offload({offloaded}) | 15 summarized | tail: 6 preserved"
+
+
+def test_no_notification_for_tier_none(make_compactor):
+    _, record = make_compactor().compact_with_record(build_history([10]))
+    assert notification(record) == ""
+
+
+@pytest.mark.parametrize("n, text", [(999, "999"), (45_213, "45.2K"), (8100, "8.1K"), (1_500_000, "1.5M")])
+def test_human_tokens(n, text):
+    assert human_tokens(n) == text
+
+
+def test_secrets_never_reach_the_records(make_compactor, tmp_path):
+    history = build_history([5000] * 10)
+    history[1]["content"] = "Use the key sk-THE-SECRET-VALUE to call the API and fix the bug."
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    compactor.secrets.add("sk-THE-SECRET-VALUE")
+    view, record = compactor.compact_with_record(history)
+    assert "sk-THE-SECRET-VALUE" not in (tmp_path / "records" / "test-session.jsonl").read_text()
+    assert "sk-THE-SECRET-VALUE" not in record.summary_text
+    assert "[REDACTED]" in view[1]["content"]

@@ -1,0 +1,321 @@
+"""The three interfaces (seed 7), the constructor options, the non-destructive session engine
+(seed 8), state kept outside the process, and the cascade clean-up (seed 5.5)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+
+from progressive_compactor import (
+    AsyncSession,
+    CompactionRecord,
+    CompactionTier,
+    OffloadEntry,
+    Session,
+    SessionState,
+    hookimpl,
+)
+from progressive_compactor.anchors import COMPACTION_MARKER
+from progressive_compactor.testing import RecordingSummarizer, build_history, estimate, problems, tool_turn, window_for
+
+
+@pytest.fixture
+def history():
+    return build_history([5000] * 10)
+
+
+# --- the three interfaces --------------------------------------------------------------------------
+
+
+def test_compact_is_compact_with_record_without_the_record(make_compactor, history):
+    a = make_compactor(context_window=window_for(history, 0.85))
+    b = make_compactor(context_window=window_for(history, 0.85))
+    view, record = a.compact_with_record(history)
+    assert b.compact(history) == view
+    assert record.tier is CompactionTier.FULL
+
+
+def test_compact_force_is_the_emergency_tier(make_compactor, history):
+    store = RecordList()
+    compactor = make_compactor(record_store=store)
+    view = compactor.compact_force(history)
+    (record,) = store.records
+    assert record.tier is CompactionTier.EMERGENCY
+    assert record.error.endswith("emergency fallback: forced truncation")
+    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+
+
+def test_the_async_interfaces_give_what_the_sync_ones_give(make_compactor, history):
+    sync = make_compactor(context_window=window_for(history, 0.85))
+    asyn = make_compactor(context_window=window_for(history, 0.85))
+    view, record = sync.compact_with_record(history)
+    aview, arecord = asyncio.run(asyn.acompact_with_record(history))
+    assert aview == view
+    assert (arecord.tier, arecord.summarized, arecord.summary_text) == (record.tier, record.summarized, record.summary_text)
+    assert asyncio.run(asyn.acompact(history)) == asyn.compact(history)
+
+
+def test_an_async_summarizer_is_awaited(make_compactor, history):
+    class AsyncOnly:
+        def __init__(self):
+            self.awaited = 0
+
+        @hookimpl
+        def asummarize(self, request):
+            async def run():
+                self.awaited += 1
+                await asyncio.sleep(0)
+                return RecordingSummarizer(text="## User Intent\nasync intent\n## Summary\nasync").summarize(request)
+
+            return run()
+
+    plugin = AsyncOnly()
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("async", plugin)])
+    view, record = asyncio.run(compactor.acompact_with_record(history))
+    assert plugin.awaited == 1
+    assert record.summary_text == "async"
+
+
+# --- constructor options (seed 7) ---------------------------------------------------------------------
+
+
+class RecordList:
+    def __init__(self):
+        self.records: list[CompactionRecord] = []
+
+    def save(self, record):
+        self.records.append(record)
+
+
+def test_the_todo_injector_text_appears_in_the_compaction_message(make_compactor, history):
+    compactor = make_compactor(context_window=window_for(history, 0.85),
+                               todo_injector=lambda: "- [x] reproduce\n- [ ] fix the parser")
+    view, _ = compactor.compact_with_record(history)
+    assert view[1]["content"].startswith(COMPACTION_MARKER)
+    assert "## Todo\n- [x] reproduce\n- [ ] fix the parser" in view[1]["content"]
+
+
+def test_a_todo_context_plugin_gets_the_session_id(make_compactor, history):
+    class Todos:
+        @hookimpl
+        def todo_context(self, session_id):
+            return f"todos of {session_id}"
+
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("todos", Todos())])
+    assert "todos of ticket-9" in compactor.compact(history, "ticket-9")[1]["content"]
+
+
+def test_the_memory_extractor_sees_exactly_the_summarized_messages(make_compactor, history):
+    seen = []
+    summarizer = RecordingSummarizer()
+    compactor = make_compactor(context_window=window_for(history, 0.75), memory_extractor=seen.append,
+                               extra_plugins=[("r", summarizer)])
+    _, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.SOFT
+    (messages,) = seen
+    assert list(messages) == list(summarizer.requests[0].messages)
+    assert len(messages) == record.summarized
+    assert [m.tool_call_id or m.role for m in messages] == [m.get("tool_call_id") or m["role"] for m in history[1:8]]
+
+
+def test_the_memory_extractor_is_not_called_without_a_summary(make_compactor, history):
+    seen = []
+    compactor = make_compactor(context_window=window_for(history, 0.65), memory_extractor=seen.append)
+    assert compactor.compact_with_record(history)[1].tier is CompactionTier.WARN
+    compactor.compact_force(history)
+    assert seen == []
+
+
+@pytest.mark.parametrize("kind", ["save", "append", "callable"])
+def test_the_record_store_gets_every_record(make_compactor, history, kind):
+    received = []
+    store = {
+        "save": type("S", (), {"save": lambda self, r: received.append(r)})(),
+        "append": received,
+        "callable": received.append,
+    }[kind]
+    compactor = make_compactor(context_window=window_for(history, 0.85), record_store=store)
+    _, first = compactor.compact_with_record(history)
+    _, second = compactor.compact_with_record(history)
+    assert received == [first, second]
+    assert second.tier is CompactionTier.NONE  # a store given as an option gets tier None too
+
+
+def test_the_offloader_option_replaces_the_file_offloader(make_compactor, history):
+    class MemoryOffloader:
+        def __init__(self):
+            self.texts = {}
+
+        @hookimpl
+        def offload(self, message, session_id, threshold):
+            if message.role != "tool" or len(message.content) <= threshold:
+                return None
+            handle = f"mem:{message.tool_call_id}"
+            self.texts[handle] = message.content
+            return OffloadEntry(message.tool_call_id, handle, "", len(message.content), 1, "-", f"[in memory: {handle}]")
+
+        @hookimpl
+        def read_offloaded(self, handle):
+            return self.texts.get(handle)
+
+    offloader = MemoryOffloader()
+    compactor = make_compactor(context_window=window_for(history, 0.65), offloader=offloader)
+    view, record = compactor.compact_with_record(history)
+    assert view[3]["content"] == "[in memory: mem:call_0]"
+    assert compactor.read_tool_result("mem:call_0") == history[3]["content"]
+    assert len(offloader.texts) == 7
+
+
+def test_the_session_id_option_is_the_default_session(make_compactor, history, tmp_path):
+    compactor = make_compactor(context_window=window_for(history, 0.85), session_id="ticket-42")
+    _, record = compactor.compact_with_record(history)
+    assert record.session_id == "ticket-42"
+    assert (tmp_path / "records" / "ticket-42.jsonl").exists()
+    assert (tmp_path / "tool_results" / "ticket-42").is_dir()
+    assert compactor.compact_with_record(history, "other")[1].session_id == "other"
+
+
+# --- the session engine (seed 8) -------------------------------------------------------------------------
+
+
+def test_a_session_keeps_the_full_history_and_derives_a_view_per_turn(make_compactor, history):
+    session = Session(make_compactor(context_window=window_for(history, 0.85)), "s1")
+    session.extend(history)
+    view = session.view()
+    assert session.last_record.tier is CompactionTier.FULL
+    assert len(view) < len(session.history) == len(history)
+    assert session.history == history
+    session.append({"role": "assistant", "content": "Continuing."})
+    view2 = session.view()
+    assert view2[:len(view)] == view and view2[-1] == {"role": "assistant", "content": "Continuing."}
+    assert [r.tier for r in session.records] == [CompactionTier.FULL, CompactionTier.NONE]
+    assert len(session.history) == len(history) + 1
+
+
+def test_a_session_copies_what_it_is_given(make_compactor):
+    session = Session(make_compactor(), "s1")
+    message = {"role": "user", "content": "hello"}
+    session.append(message)
+    message["content"] = "changed by the caller"
+    assert session.history[0]["content"] == "hello"
+
+
+def test_a_session_rejects_an_invalid_message_before_it_enters(make_compactor):
+    session = Session(make_compactor(), "s1")
+    with pytest.raises(Exception, match="role"):
+        session.append({"role": "nobody", "content": "x"})
+    assert session.history == []
+
+
+def test_compact_now_forces_emergency(make_compactor, history):
+    session = Session(make_compactor(), "s1")
+    session.extend(history)
+    view = session.compact_now()
+    assert problems(view) == [] and len(view) <= len(history)
+
+
+def test_async_session(make_compactor, history):
+    async def run():
+        session = AsyncSession(make_compactor(context_window=window_for(history, 0.85)), "s1")
+        session.extend(history)
+        view = await session.view()
+        forced = await session.compact_now()
+        return session, view, forced
+
+    session, view, forced = asyncio.run(run())
+    assert session.last_record.tier is CompactionTier.FULL
+    assert problems(view) == [] and problems(forced) == []
+
+
+def test_delete_cascades_to_offloads_records_and_state(make_compactor, history, tmp_path):
+    compactor = make_compactor(context_window=window_for(history, 0.85), plugins={"state": "state-files"})
+    session = Session(compactor, "doomed")
+    session.extend(history)
+    session.view()
+    keep = Session(compactor, "kept")
+    keep.extend(history)
+    keep.view()
+    paths = [tmp_path / "tool_results" / "doomed", tmp_path / "records" / "doomed.jsonl", tmp_path / "state" / "doomed.json"]
+    assert all(p.exists() for p in paths)
+    assert session.delete() == []
+    assert not any(p.exists() for p in paths)
+    assert session.history == [] and session.records == []
+    assert compactor.state("doomed") == SessionState()
+    assert (tmp_path / "records" / "kept.jsonl").exists() and (tmp_path / "state" / "kept.json").exists()
+    assert (tmp_path / "tool_results" / "kept").is_dir()
+
+
+# --- state outside the process (DESIGN.md) -----------------------------------------------------------------
+
+
+def test_a_second_process_continues_from_the_saved_state(make_compactor, history):
+    summarizer = RecordingSummarizer()
+    window = window_for(history, 0.85)
+    first = make_compactor(context_window=window, plugins={"state": "state-files"}, extra_plugins=[("r", summarizer)])
+    view, record = first.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL
+    history += tool_turn("next", 500)
+    second = make_compactor(context_window=window, plugins={"state": "state-files"}, extra_plugins=[("r", summarizer)])
+    view2, record2 = second.compact_with_record(history)
+    assert record2.tier is CompactionTier.NONE
+    assert summarizer.calls == 1
+    assert view2[1] == view[1]  # the same compaction message, rebuilt from the saved state
+    assert view2[2:] == history[-(6 + 2):]
+    assert second.state().covered == first.state().covered == 15
+
+
+def test_a_different_history_under_the_same_session_id_starts_over(make_compactor, history):
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    compactor.compact_with_record(history)
+    other = build_history([100] * 3, request="An unrelated task.")
+    view, record = compactor.compact_with_record(other)
+    assert view == other
+    assert "started over" in record.error
+
+
+def test_histories_are_not_modified_by_any_interface(make_compactor, history):
+    before = copy.deepcopy(history)
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    compactor.compact(history)
+    compactor.compact_with_record(history)
+    compactor.compact_force(history)
+    asyncio.run(compactor.acompact(history))
+    asyncio.run(compactor.acompact_force(history))
+    assert history == before
+
+
+def test_a_state_plugin_lets_workers_share_a_session(make_compactor, history):
+    class SharedState:
+        """What a Redis- or database-backed state store does, in a dict."""
+
+        def __init__(self):
+            self.states, self.saves = {}, 0
+
+        @hookimpl
+        def load_state(self, session_id):
+            return self.states.get(session_id)
+
+        @hookimpl
+        def save_state(self, session_id, state):
+            self.saves += 1
+            self.states[session_id] = state
+            return True
+
+        @hookimpl
+        def on_delete_session(self, session_id):
+            self.states.pop(session_id, None)
+
+    shared, summarizer = SharedState(), RecordingSummarizer()
+    window = window_for(history, 0.85)
+    worker_a = make_compactor(context_window=window, extra_plugins=[("shared", shared), ("r", summarizer)])
+    worker_b = make_compactor(context_window=window, extra_plugins=[("shared", shared), ("r", summarizer)])
+    view_a = worker_a.compact(history)
+    assert shared.saves == 1 and shared.states["test-session"].covered == 15
+    history += tool_turn("next", 300)
+    view_b, record_b = worker_b.compact_with_record(history)
+    assert record_b.tier is CompactionTier.NONE and summarizer.calls == 1
+    assert view_b[:len(view_a)] == view_a
+    worker_b.delete_session()
+    assert "test-session" not in shared.states

@@ -1,0 +1,394 @@
+"""Each tier's data flow and record fields (seed 2.3), the thresholds (seed 2.2), the
+"incremental, not repeated" rule and the loop guard of DESIGN.md."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SessionState
+from progressive_compactor.anchors import COMPACTION_MARKER
+from progressive_compactor.models import AnchorType
+from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
+from progressive_compactor.testing import (
+    RecordingSummarizer,
+    build_history,
+    estimate,
+    problems,
+    tool_turn,
+    window_for,
+)
+
+SIZES = [5000] * 10
+"""system + request + 10 (call, result) pairs = 22 messages; the head is the request and the first
+7 pairs (15 messages), the tail the last 3 pairs (6 messages)."""
+HEAD, TAIL = 15, 6
+
+
+@pytest.fixture
+def history():
+    return build_history(SIZES)
+
+
+@pytest.fixture
+def summarizer():
+    return RecordingSummarizer()
+
+
+def run(make_compactor, history, ratio, summarizer, extra_plugins=(), **overrides):
+    compactor = make_compactor(
+        context_window=window_for(history, ratio),
+        extra_plugins=[("recording", summarizer), *extra_plugins],
+        **overrides,
+    )
+    view, record = compactor.compact_with_record(history)
+    return compactor, view, record
+
+
+def ids(messages):
+    return [m.get("tool_call_id") or m["role"] for m in messages]
+
+
+# --- thresholds --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ratio, tier",
+    [
+        (0.0, CompactionTier.NONE),
+        (0.5999, CompactionTier.NONE),
+        (0.60, CompactionTier.WARN),
+        (0.6999, CompactionTier.WARN),
+        (0.70, CompactionTier.SOFT),
+        (0.7999, CompactionTier.SOFT),
+        (0.80, CompactionTier.FULL),
+        (0.9499, CompactionTier.FULL),
+        (0.95, CompactionTier.EMERGENCY),
+        (1.7, CompactionTier.EMERGENCY),
+    ],
+    ids=lambda v: f"{v}" if isinstance(v, float) else v.label,
+)
+def test_default_thresholds(ratio, tier):
+    assert ThresholdPolicy().determine_tier(ratio=ratio, tokens=1, context_window=100) is tier
+
+
+def test_no_window_means_no_compaction():
+    assert ThresholdPolicy().determine_tier(ratio=5.0, tokens=500, context_window=0) is CompactionTier.NONE
+
+
+@pytest.mark.parametrize(
+    "ratio, tier",
+    [(0.65, CompactionTier.NONE), (0.75, CompactionTier.WARN), (0.85, CompactionTier.FULL)],
+    ids=["below-warn", "warn", "full"],
+)
+def test_thresholds_come_from_the_config(make_compactor, history, summarizer, ratio, tier):
+    custom = {"policy-thresholds": {"warn": 0.7, "soft": 0.8, "full": 0.8, "emergency": 0.99}}
+    _, _, record = run(make_compactor, history, ratio, summarizer, config=custom)
+    assert record.tier is tier
+
+
+def test_a_plugin_can_decide_the_tier(make_compactor, history):
+    class AlwaysWarn:
+        from progressive_compactor import hookimpl
+
+        @hookimpl
+        def determine_tier(self, ratio, tokens, context_window):
+            return CompactionTier.WARN
+
+    compactor = make_compactor(context_window=10**6, extra_plugins=[("always-warn", AlwaysWarn())])
+    _, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.WARN
+    assert len(record.offloaded) == 7
+
+
+# --- TierNone ----------------------------------------------------------------------------------
+
+
+def test_none_returns_the_history_as_is_without_side_effects(make_compactor, history, summarizer, tmp_path):
+    compactor, view, record = run(make_compactor, history, 0.5, summarizer)
+    assert record.tier is CompactionTier.NONE
+    assert len(view) == len(history) and all(a is b for a, b in zip(view, history))
+    assert (record.summarized, record.offloaded, record.anchors, record.summary_text) == (0, (), (), "")
+    assert record.tokens_after == record.tokens_before == estimate(history)
+    assert summarizer.calls == 0
+    assert not (tmp_path / "tool_results").exists()
+    assert not (tmp_path / "records").exists()
+    assert compactor.state() == SessionState()
+
+
+# --- TierWarn ----------------------------------------------------------------------------------
+
+
+def test_warn_offloads_only_the_head_and_keeps_the_structure(make_compactor, history, summarizer):
+    _, view, record = run(make_compactor, history, 0.65, summarizer)
+    assert record.tier is CompactionTier.WARN
+    assert ids(view) == ids(history)
+    assert [m["role"] for m in view] == [m["role"] for m in history]
+    head_ids = {f"call_{i}" for i in range(7)}
+    assert {e.tool_call_id for e in record.offloaded} == head_ids
+    for original, out in zip(history, view):
+        if original.get("tool_call_id") in head_ids:
+            assert out["content"].startswith("[Tool result offloaded")
+        else:
+            assert out == original
+    assert record.summarized == 0
+    assert record.preserved_tail == TAIL
+    assert record.anchors == () and record.summary_text == ""
+    assert summarizer.calls == 0
+    assert record.tokens_after < record.tokens_before
+
+
+# --- TierSoft ----------------------------------------------------------------------------------
+
+
+def test_soft_summarizes_the_oldest_half_of_the_head(make_compactor, history, summarizer):
+    _, view, record = run(make_compactor, history, 0.75, summarizer)
+    assert record.tier is CompactionTier.SOFT
+    oldest = HEAD // 2  # 7: the request and three pairs
+    assert summarizer.calls == 1
+    assert [m.tool_call_id or m.role for m in summarizer.requests[0].messages] == ids(history[1 : 1 + oldest])
+    assert view[0] == history[0]
+    assert view[1]["role"] == "user" and view[1]["content"].startswith(COMPACTION_MARKER)
+    assert view[2:] == history[1 + oldest :]  # headRecent and tail verbatim
+    assert record.summarized == oldest
+    assert record.preserved_tail == len(history) - 1 - oldest == (HEAD - oldest) + TAIL
+    assert [a.type for a in record.anchors] == list(AnchorType)
+    assert record.summary_text
+    assert {e.tool_call_id for e in record.offloaded} == {"call_0", "call_1", "call_2"}
+    assert record.msgs_after == len(view) == 2 + len(history) - 1 - oldest
+    assert problems(view) == []
+
+
+def test_soft_never_splits_a_tool_call_from_its_results(make_compactor, summarizer):
+    history = build_history([3000] * 3)
+    parallel = {
+        "role": "assistant",
+        "content": "Two reads at once.",
+        "tool_calls": [
+            {"id": "p1", "type": "function", "function": {"name": "read", "arguments": "{}"}},
+            {"id": "p2", "type": "function", "function": {"name": "read", "arguments": "{}"}},
+        ],
+    }
+    history += [parallel, {"role": "tool", "tool_call_id": "p1", "content": "a" * 3000},
+                {"role": "tool", "tool_call_id": "p2", "content": "b" * 3000}]
+    history += build_history([3000] * 4, system=None, request="go on", id_prefix="late_")
+    for min_tail in (2, 3, 4, 5, 6):
+        _, view, record = run(make_compactor, history, 0.75, summarizer, min_tail_messages=min_tail)
+        assert problems(view) == [], min_tail
+        assert record.tier >= CompactionTier.SOFT
+
+
+# --- TierFull ----------------------------------------------------------------------------------
+
+
+def test_full_summarizes_the_whole_head_and_keeps_the_tail(make_compactor, history, summarizer):
+    _, view, record = run(make_compactor, history, 0.85, summarizer)
+    assert record.tier is CompactionTier.FULL
+    assert summarizer.calls == 1
+    assert len(summarizer.requests[0].messages) == HEAD
+    assert len(view) == 2 + TAIL
+    assert view[0] == history[0]
+    assert view[1]["content"].startswith(COMPACTION_MARKER)
+    assert view[2:] == history[-TAIL:]
+    assert record.summarized == HEAD
+    assert record.preserved_tail == TAIL
+    assert len(record.anchors) == 5 and record.summary_text
+    assert {e.tool_call_id for e in record.offloaded} == {f"call_{i}" for i in range(7)}
+    assert problems(view) == []
+
+
+def test_min_tail_messages_is_configurable(make_compactor, summarizer):
+    history = build_history([5000] * 10)
+    _, view, record = run(make_compactor, history, 0.85, summarizer, min_tail_messages=2)
+    assert record.tier is CompactionTier.FULL
+    assert view[2:] == history[-2:]
+    assert record.preserved_tail == 2
+
+
+# --- TierEmergency -----------------------------------------------------------------------------
+
+
+def test_emergency_truncates_without_calling_the_summarizer(make_compactor, history, summarizer):
+    compactor, view, record = run(make_compactor, history, 0.97, summarizer)
+    window = compactor.config.context_window
+    assert record.tier is CompactionTier.EMERGENCY
+    assert summarizer.calls == 0
+    assert record.error == EMERGENCY_ERROR
+    assert estimate(view) == record.tokens_after <= compactor.config.fallback_budget * window
+    assert view[0] == history[0]
+    assert problems(view) == []
+    kept = [m for m in view[1:] if not str(m["content"]).startswith(COMPACTION_MARKER)]
+    assert record.preserved_tail == len(kept)
+    assert view[-1] == history[-1] or view[-1]["content"].startswith("[Tool result offloaded")
+
+
+def test_emergency_fits_even_a_single_huge_message(make_compactor, summarizer):
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "x" * 200_000}]
+    compactor, view, record = run(make_compactor, history, 0.99, summarizer)
+    assert record.tier is CompactionTier.EMERGENCY
+    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert problems(view) == []
+
+
+# --- every tier --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.65, 0.75, 0.85, 0.97], ids=["none", "warn", "soft", "full", "emergency"])
+def test_the_callers_history_is_never_modified(make_compactor, history, summarizer, ratio):
+    before = copy.deepcopy(history)
+    compactor, view, _ = run(make_compactor, history, ratio, summarizer)
+    compactor.compact_with_record(history)
+    compactor.compact_force(history)
+    assert history == before
+    view.append({"role": "user", "content": "appended to the view"})  # the view is a new list
+    assert history == before
+
+
+@pytest.mark.parametrize("ratio", [0.65, 0.75, 0.85, 0.97], ids=["warn", "soft", "full", "emergency"])
+def test_record_fields(make_compactor, history, summarizer, ratio):
+    compactor, view, record = run(make_compactor, history, ratio, summarizer)
+    assert record.session_id == "test-session"
+    assert record.msgs_before == len(history) and record.msgs_after == len(view)
+    assert record.tokens_before == estimate(history)
+    assert record.tokens_after == estimate(view)
+    assert record.compression_ratio == round(1 - record.tokens_after / record.tokens_before, 4)
+    assert record.context_window == compactor.config.context_window
+    assert record.schema_version == 1
+    assert record.token_method == "tokens-chars"
+    assert record.plugins["summarizer"] == "summarize-extractive"
+    assert record.duration_ms >= 0
+    assert record.timestamp.endswith("+00:00")
+    assert record.requested_tier is None
+    assert record.summarizer_calls == summarizer.calls
+
+
+# --- incremental, not repeated (DESIGN.md) -----------------------------------------------------
+
+
+def grow(compactor, history, turns, until=lambda record: False, size=5000):
+    """Append one tool turn per call and compact, up to ``turns`` times or until ``until(record)``."""
+    records = []
+    for i in range(turns):
+        history += tool_turn(f"more_{i}", size)
+        records.append(compactor.compact_with_record(history)[1])
+        if until(records[-1]):
+            break
+    return records
+
+
+def test_after_a_compaction_the_next_turns_do_not_summarize_again(make_compactor, history, summarizer):
+    compactor, view, record = run(make_compactor, history, 0.85, summarizer)
+    assert record.tier is CompactionTier.FULL
+    compaction = view[1]
+    history += tool_turn("next_0", 800)
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.NONE
+    assert summarizer.calls == 1
+    assert view[1] == compaction
+    assert view[2:] == history[-(TAIL + 2):]
+    assert record.tokens_before == estimate(view)  # the tier was decided on the view
+
+
+def test_the_second_summary_gets_the_previous_one_and_only_uncovered_messages(make_compactor, history, summarizer):
+    compactor, _, first = run(make_compactor, history, 0.85, summarizer)
+    records = grow(compactor, history, 40, until=lambda record: record.summarizer_calls > 0)
+    assert summarizer.calls == 2, [r.tier for r in records]
+    assert len(records) > 2  # a few turns passed without a summary
+    assert all(r.tier < CompactionTier.SOFT and r.summarizer_calls == 0 for r in records[:-1])
+    one, two = summarizer.requests
+    assert two.previous_summary and two.previous_summary in first.summary_text
+    assert two.previous_anchors == first.anchors
+    first_ids = {m.tool_call_id for m in one.messages if m.tool_call_id}
+    second_ids = [m.tool_call_id for m in two.messages if m.tool_call_id]
+    assert not first_ids & set(second_ids)
+    assert second_ids[0] == f"call_{len(SIZES) - TAIL // 2}"  # starts right after what was covered
+    # The user's request, covered by the first summary, survives the second one.
+    assert history[1]["content"] in records[-1].anchors[0].content or history[1]["content"] in str(
+        compactor.compact(history)
+    )
+
+
+# --- loop guard (DESIGN.md) --------------------------------------------------------------------
+
+
+BLOATED = "## User Intent\n" + "very long summary " * 20_000
+
+
+def test_a_summary_larger_than_what_it_replaces_is_rejected(make_compactor, history):
+    bloated = RecordingSummarizer(text=BLOATED)
+    _, view, record = run(make_compactor, history, 0.75, bloated)
+    # The offloads of the oldest half already brought the view below Soft: nothing to escalate.
+    assert bloated.calls == 1
+    assert record.tier is CompactionTier.SOFT
+    assert "loop guard: the summary" in record.error
+    assert record.summarized == 0 and record.summary_text == ""
+    assert not any(str(m["content"]).startswith(COMPACTION_MARKER) for m in view)
+    assert ids(view) == ids(history)
+    assert estimate(view) < 0.70 * record.context_window
+
+
+def test_a_summary_larger_than_what_it_replaces_escalates(make_compactor):
+    history = build_history([3000] * 10)  # below the offload threshold: only a summary can help
+    bloated = RecordingSummarizer(text=BLOATED)
+    compactor, view, record = run(make_compactor, history, 0.75, bloated)
+    assert bloated.calls == 2  # Soft, then Full, then the fallback without a summary
+    assert record.tier is CompactionTier.EMERGENCY
+    assert record.requested_tier is CompactionTier.SOFT
+    assert "loop guard: the summary" in record.error
+    assert EMERGENCY_ERROR in record.error
+    assert "very long summary " * 3 not in str(view)
+    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert problems(view) == []
+
+
+def test_a_compaction_that_stays_above_soft_escalates_full_then_emergency(make_compactor, summarizer):
+    history = build_history([200] * 8 + [15_000] * 3)  # the tail alone is over 70 % of the window
+    compactor, view, record = run(make_compactor, history, 0.78, summarizer)
+    assert record.requested_tier is CompactionTier.SOFT
+    assert record.tier is CompactionTier.EMERGENCY
+    assert "loop guard: Soft left the view" in record.error
+    assert "loop guard: Full left the view" in record.error
+    assert record.error.endswith(EMERGENCY_ERROR)
+    assert summarizer.calls == 2
+    window = compactor.config.context_window
+    assert estimate(view) <= compactor.config.fallback_budget * window
+    assert problems(view) == []
+
+
+def test_a_tier_plugin_can_change_what_a_tier_does(make_compactor, history, summarizer):
+    from progressive_compactor import TierPlan, hookimpl
+
+    class WarnOffloadsEverything:
+        def __init__(self):
+            self.inputs = []
+
+        @hookimpl
+        def apply_tier(self, tier_input):
+            self.inputs.append(tier_input)
+            if tier_input.tier is CompactionTier.WARN:
+                return TierPlan(offload=True, offload_tail=True)
+            return None
+
+    plugin = WarnOffloadsEverything()
+    _, view, record = run(make_compactor, history, 0.65, summarizer, extra_plugins=[("everything", plugin)])
+    (seen,) = plugin.inputs
+    assert (len(seen.head), len(seen.tail)) == (HEAD, TAIL)
+    assert seen.view_tokens == record.tokens_before and seen.context_window == record.context_window
+    assert len(record.offloaded) == 10  # the tail's results too
+    assert ids(view) == ids(history)
+
+
+def test_a_token_estimator_plugin_decides_the_counts(make_compactor, history):
+    from progressive_compactor import hookimpl
+
+    class OnePerMessage:
+        @hookimpl
+        def estimate_tokens(self, messages):
+            return [1] * len(messages)
+
+    compactor = make_compactor(context_window=100, extra_plugins=[("one", OnePerMessage())])
+    view, record = compactor.compact_with_record(history)
+    assert record.tokens_before == len(history) == 22
+    assert record.tier is CompactionTier.NONE  # 22 % of a 100-token window
+    assert view == history
