@@ -86,13 +86,22 @@ def main() -> None:
             print(f"{'tier':<10}{'calls':>7}{'median msgs':>13}{'call µs (median)':>18}"
                   f"{'bare µs (median)':>18}{'ratio (sum/sum)':>17}")
             for tier in sorted(by_tier):
-                rows = by_tier[tier]
-                calls = [r[0] for r in rows]
-                bares = [r[1] for r in rows]
-                ratio = sum(calls) / sum(bares)
-                print(f"{tier.label:<10}{len(rows):>7}{statistics.median(r[2] for r in rows):>13.0f}"
-                      f"{statistics.median(calls) * 1e6:>18.1f}{statistics.median(bares) * 1e6:>18.1f}"
-                      f"{ratio:>17.2f}")
+                print_row(tier.label, by_tier[tier])
+            none = by_tier.get(CompactionTier.NONE, [])
+            if none:
+                print("TierNone by history length (messages):")
+                for low, high in ((0, 50), (50, 100), (100, 200), (200, 400), (400, 10**9)):
+                    rows = [r for r in none if low <= r[2] < high]
+                    if rows:
+                        print_row(f"{low}-{high if high < 10**9 else ''}", rows)
+
+
+def print_row(label: str, rows: list[tuple[float, float, int]]) -> None:
+    calls = [r[0] for r in rows]
+    bares = [r[1] for r in rows]
+    print(f"{label:<10}{len(rows):>7}{statistics.median(r[2] for r in rows):>13.0f}"
+          f"{statistics.median(calls) * 1e6:>18.1f}{statistics.median(bares) * 1e6:>18.1f}"
+          f"{sum(calls) / sum(bares):>17.2f}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import logging
 import time
 import secrets
 from datetime import datetime, timezone
-from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 

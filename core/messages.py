@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -52,7 +53,7 @@ def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Mess
     tool_call_id = data.get("tool_call_id")
     if role == "tool" and not isinstance(tool_call_id, str):
         raise InvalidMessagesError(f"message {index}: a tool message needs a tool_call_id", index, data)
-    extra = {k: v for k, v in data.items() if k not in _KNOWN_KEYS} if len(data) > 2 else {}
+    extra = {} if data.keys() <= _KNOWN_KEYS else {k: v for k, v in data.items() if k not in _KNOWN_KEYS}
     return Message(
         role=role,
         content=content,
