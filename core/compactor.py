@@ -694,7 +694,7 @@ class ProgressiveCompactor:
             cut -= 1
         if cut <= 0:
             return
-        repaired, repairs = repair_tool_pairs(msgs[:cut])
+        repaired, repairs = repair_tool_pairs(msgs[:cut], at_start=False)
         if mirror.first_request is None:
             mirror.first_request = first_user_request(repaired, self.config.intent_max_chars)
         mirror.final.extend(repaired)
@@ -713,7 +713,7 @@ class ProgressiveCompactor:
         key = (len(mirror.pending_msgs), mirror.final_src, state.version)
         if mirror.pending_key == key:
             return mirror.pending_cache
-        repaired, repairs = repair_tool_pairs(mirror.pending_msgs)
+        repaired, repairs = repair_tool_pairs(mirror.pending_msgs, at_start=False)
         if state.offloaded:  # an Emergency offloads pending results too: a retry must see that
             repaired = [_with_offload(m, state) for m in repaired]
         if mirror.first_request is None:

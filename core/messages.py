@@ -222,7 +222,7 @@ def _late_result(m: Message) -> Message:
     )
 
 
-def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
+def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> tuple[list[Message], int]:
     """Make a message list structurally valid, as the seed's ``repairOrphanedToolPairs``.
 
     The rule is local, so repairing a history piece by piece gives what repairing it whole gives:
@@ -231,6 +231,7 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
     no call of its run (or answers one twice) becomes a user message that keeps its text, so no
     result is lost; a system message that is not first becomes a user message. Returns the
     repaired list and how many repairs were made (0, and an equal list, when it was valid).
+    ``at_start=False`` says the list continues a view, so even its first message is not first.
     """
     out: list[Message] = []
     repairs = 0
@@ -242,7 +243,7 @@ def repair_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:
             out.append(_late_result(m))
             repairs += 1
             continue
-        if m.role == "system" and i > 1:
+        if m.role == "system" and (i > 1 or not at_start):
             m = attrs.evolve(m, role="user", raw=None)
             repairs += 1
         out.append(m)

@@ -173,6 +173,20 @@ def test_repair_turns_a_late_system_message_into_a_user_message():
     assert count == 1 and [m.role for m in repaired] == ["system", "user"]
 
 
+@pytest.mark.parametrize("first", ["system", "user"], ids=["with-system-prompt", "without"])
+@pytest.mark.parametrize("turn", range(2, 6))
+def test_a_system_message_later_in_the_history_never_reaches_the_view_as_system(make_compactor, first, turn):
+    history = [{"role": first, "content": "start"}, {"role": "user", "content": "u"},
+               {"role": "assistant", "content": "a"}, {"role": "system", "content": "injected later"},
+               {"role": "user", "content": "v"}, {"role": "assistant", "content": "w"}]
+    compactor = make_compactor()
+    for n in range(1, turn + 1):  # turn by turn, so the late system message lands in every position
+        view, record = compactor.compact_with_record(history[:n + 1], "s")
+    assert view_problems(msgs(*view)) == []
+    assert [m["role"] for m in view].count("system") == (first == "system")
+    assert record.repaired_tool_pairs == (turn >= 3)
+
+
 def test_repair_piece_by_piece_equals_repair_whole():
     history = msgs({"role": "user", "content": "u"}, assistant("a"), result("x"), {"role": "user", "content": "v"},
                    assistant("b"), result("b"), result("b"))
