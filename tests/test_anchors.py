@@ -14,8 +14,10 @@ from progressive_compactor.anchors import (
     empty_anchors,
     ensure_facts,
     facts_as_anchors,
+    fit_summary,
     format_summary,
     merge_anchors,
+    merge_file_lines,
     parse_markdown,
 )
 from progressive_compactor.models import NOT_AVAILABLE, Anchor, AnchorType, Facts
@@ -266,3 +268,60 @@ def test_anchors_merge_across_compactions(make_compactor):
     assert anchors[AnchorType.KEY_DECISION].splitlines() == ["- first decision", "- second decision"]
     assert "approach A failed" in anchors[AnchorType.TRIED_SOLUTION]
     assert summarizer.requests[1].previous_anchors[2].content == "- first decision"
+
+
+# --- bounded summaries -------------------------------------------------------------------------
+
+
+def test_file_lists_from_several_merges_become_one_line_per_kind():
+    old = (Anchor(AnchorType.EXECUTION_PROGRESS, "- Files edited: a.py\n- Files read: b.py, c.py\n- Ran tests"),)
+    new = (Anchor(AnchorType.EXECUTION_PROGRESS, "- Files edited: b.py, a.py\n- Files read: d.py"),)
+    progress = merge_anchors(old, new)[1].content.splitlines()
+    assert progress == ["- Files edited: a.py, b.py", "- Files read: c.py, d.py", "- Ran tests"]
+    assert merge_file_lines(["- Ran tests"]) == ["- Ran tests"]
+
+
+def test_fit_summary_cuts_the_prose_first_and_never_the_intent():
+    intent = "Fix the parser. " * 200  # 3,200 characters: not counted against the budget
+    anchors = complete([Anchor(AnchorType.USER_INTENT, intent), Anchor(AnchorType.NEXT_STEP, "Run the tests")])
+    prose = "old paragraph. " * 300 + "NEWEST PARAGRAPH"
+    fitted, short = fit_summary(anchors, prose, 2000)
+    assert fitted == anchors and short.endswith("NEWEST PARAGRAPH")
+    assert len(format_summary(fitted, short)) - len(intent) <= 2000
+    assert fit_summary(anchors, "short", 2000) == (anchors, "short")
+
+
+def test_fit_summary_keeps_the_newest_anchor_lines_and_file_lists_when_anchors_alone_overflow():
+    tried = "\n".join(f"- Failed: `cmd {i}` -> Error {i}" for i in range(200))
+    progress = "- Files edited: a.py, b.py\n" + "\n".join(f"- step {i}" for i in range(200))
+    anchors = complete([
+        Anchor(AnchorType.USER_INTENT, "Fix it"),
+        Anchor(AnchorType.EXECUTION_PROGRESS, progress),
+        Anchor(AnchorType.TRIED_SOLUTION, tried),
+    ])
+    fitted, prose = fit_summary(anchors, "prose " * 500, 3000)
+    assert len(format_summary(fitted, prose)) - len("Fix it") <= 3000 + 100
+    assert "Error 199" in fitted[3].content and "Error 0\n" not in fitted[3].content + "\n"
+    assert fitted[1].content.startswith("- Files edited: a.py, b.py") and "step 199" in fitted[1].content
+
+
+def test_the_compaction_message_stays_within_its_share_of_the_window(make_compactor):
+    # Every turn edits another file and fails another way: anchors that grow with each merge.
+    history = build_history([])
+    for i in range(80):
+        turn = tool_turn(f"c{i}", 2000, text=f"I decided to use approach {i} instead of approach {i - 1}.",
+                         command=f"sed -i 's/a/b/' src/module_{i}.py && python -m pytest tests/test_{i}.py")
+        turn[1]["content"] = f"Traceback (most recent call last):\nValueError: case {i} broke\n" + turn[1]["content"]
+        history += turn
+    window = 12_000
+    compactor = make_compactor(context_window=window)
+    budget_chars = int(compactor.config.summary_share * window) * 4
+    sizes = []
+    for n in range(4, len(history) + 1, 2):
+        view, _ = compactor.compact_with_record(history[:n])
+        compaction = [m["content"] for m in view if str(m.get("content", "")).startswith(COMPACTION_MARKER)]
+        if compaction:
+            intent = compactor.state().anchors[0].content
+            sizes.append(len(compaction[0]) - len(intent))
+    assert len(sizes) > 10  # many compactions, each bounded: headers and handles aside, the budget
+    assert max(sizes) <= budget_chars + 1500

@@ -139,6 +139,19 @@ def test_warn_offloads_only_the_head_and_keeps_the_structure(make_compactor, his
     assert record.tokens_after < record.tokens_before
 
 
+@pytest.mark.parametrize("factor", [None, 4.0], ids=["seed-warn", "cache-aware"])
+def test_cache_aware_warn_offloads_only_results_worth_the_cache_break(make_compactor, summarizer, factor):
+    # An old large result far up the view and a recent one at the head's end.
+    history = build_history([12_000] + [800] * 40 + [12_000] + [800] * 3)
+    _, view, record = run(make_compactor, history, 0.65, summarizer, offload_break_factor=factor)
+    assert record.tier is CompactionTier.WARN
+    offloaded = {e.tool_call_id for e in record.offloaded}
+    # Each saves ~2.6k tokens. call_41 has ~0.7k tokens after it: worth a cache break at 4x;
+    # call_0 has ~13k after it (more than 4 x 2.6k): it waits for the summary.
+    assert offloaded == ({"call_0", "call_41"} if factor is None else {"call_41"})
+    assert problems(view) == []
+
+
 # --- TierSoft ----------------------------------------------------------------------------------
 
 
