@@ -49,7 +49,7 @@ def placeholder(entry: OffloadEntry, text: str, preview_lines: int, preview_char
     )
 
 
-def _private_dir(path: Path) -> None:
+def private_dir(path: Path) -> None:
     """Create ``path`` and any missing parent owner-only (0700); existing parents are left as
     they are (the work directory is the user's)."""
     for folder in [*reversed(path.parents), path]:
@@ -61,7 +61,7 @@ def _private_dir(path: Path) -> None:
 
 def write_private(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically, readable by the owner only."""
-    _private_dir(path.parent)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # created 0600
     try:
         with os.fdopen(fd, "wb") as f:

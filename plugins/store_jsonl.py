@@ -21,14 +21,14 @@ from progressive_compactor.hookspecs import hookimpl
 from progressive_compactor.models import CompactionRecord, CompactionTier
 from progressive_compactor.plugin_manager import PluginContext
 
-from .offload_files import safe_name
+from .offload_files import private_dir, safe_name
 
 log = logging.getLogger("progressive_compactor")
 
 
 def append_line(path: Path, line: str) -> None:
     """Append one line, owner-only, starting a fresh line if the file ends in a torn one."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         size = os.fstat(fd).st_size

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from progressive_compactor import CompactionTier, hookimpl
+from progressive_compactor import CompactionRecord, CompactionTier, hookimpl
 from progressive_compactor.converters import record_from_dict, record_to_dict, record_to_json
 from progressive_compactor.notification import human_bytes, human_tokens, notification
 from progressive_compactor.plugins.store_jsonl import JsonlStore, append_line, read_records
@@ -72,6 +72,19 @@ def test_tier_none_is_skipped_unless_asked_for(make_compactor, tmp_path):
 def test_records_are_private(full_run):
     *_, path = full_run
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+def test_folders_the_store_creates_are_private(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    store = JsonlStore(JsonlStore.Config(directory=str(tmp_path / "new" / "records")))
+    store.persist_record(
+        CompactionRecord(id="r1", session_id="s1", timestamp="2026-01-01T00:00:00+00:00",
+                         tier=CompactionTier.FULL, tokens_before=10, tokens_after=5, msgs_before=4, msgs_after=2)
+    )
+    for folder in (tmp_path / "new", tmp_path / "new" / "records"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o755  # a folder that existed is left alone
 
 
 def test_the_directory_is_configurable_and_the_default_is_in_the_home():
