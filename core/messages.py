@@ -20,12 +20,13 @@ from .models import Message, ToolCall
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _KNOWN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 _TOOL_CALL_KEYS = frozenset({"id", "type", "function"})
+_FUNCTION_KEYS = frozenset({"name", "arguments"})
 MISSING_RESULT = "[no result: this tool call was not answered]"
 
 
 def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Message:
     """Read one chat message; raise :class:`InvalidMessagesError` naming what is wrong."""
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise InvalidMessagesError(
             f"message {index}: expected an object with a 'role', got {type(data).__name__}", index, data
         )
@@ -35,9 +36,11 @@ def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Mess
             f"message {index}: role {role!r} is not one of {', '.join(sorted(ROLES))}", index, data
         )
     content = data.get("content")
-    if isinstance(content, list):
+    if type(content) is str or content is None:
+        pass
+    elif isinstance(content, list):
         content = tuple(content)
-    elif content is not None and not isinstance(content, str):
+    elif not isinstance(content, str):
         raise InvalidMessagesError(
             f"message {index}: content must be a string, null or a list of parts, "
             f"got {type(content).__name__}",
@@ -49,7 +52,7 @@ def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Mess
     if raw_calls:
         if not isinstance(raw_calls, list):
             raise InvalidMessagesError(f"message {index}: tool_calls must be a list", index, data)
-        tool_calls = tuple(_tool_call_from_dict(c, index) for c in raw_calls)
+        tool_calls = tuple([_tool_call_from_dict(c, index) for c in raw_calls])
     tool_call_id = data.get("tool_call_id")
     if role == "tool" and not isinstance(tool_call_id, str):
         raise InvalidMessagesError(f"message {index}: a tool message needs a tool_call_id", index, data)
@@ -74,10 +77,9 @@ def _tool_call_from_dict(data: Any, index: int | None) -> ToolCall:
     arguments = function.get("arguments", "")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments)
-    extra = {k: v for k, v in data.items() if k not in _TOOL_CALL_KEYS}
-    fn_extra = {k: v for k, v in function.items() if k not in ("name", "arguments")}
-    if fn_extra:
-        extra["function"] = fn_extra
+    extra = {} if data.keys() <= _TOOL_CALL_KEYS else {k: v for k, v in data.items() if k not in _TOOL_CALL_KEYS}
+    if not function.keys() <= _FUNCTION_KEYS:
+        extra["function"] = {k: v for k, v in function.items() if k not in _FUNCTION_KEYS}
     return ToolCall(
         id=data["id"],
         name=str(function.get("name", "")),
