@@ -90,7 +90,7 @@ class _Mirror:
     final_src: int = 0
     """How many history messages (after the system message) ``final`` was built from."""
     last_src: Any = None
-    pending_src: list[Any] = attrs.Factory(list)
+    """The last history message read (the caller's own object), to recognise the same history."""
     pending_msgs: list[Message] = attrs.Factory(list)
     repairs_final: int = 0
     first_request: str | None = None
@@ -663,12 +663,11 @@ class ProgressiveCompactor:
                 mirror.system = _as_message(history[0], 0)
                 mirror.system_dict = message_to_dict(mirror.system)
                 mirror.system_tokens = self.hooks.estimate_tokens([mirror.system])[0]
-        seen = offset + mirror.final_src + len(mirror.pending_src)
+        seen = offset + mirror.final_src + len(mirror.pending_msgs)
         if len(history) > seen:
-            new_src = list(history[seen:])
-            mirror.pending_src.extend(new_src)
-            mirror.pending_msgs.extend(_as_message(d, seen + i) for i, d in enumerate(new_src))
-            mirror.last_src = mirror.pending_src[-1]
+            new_src = history[seen:]
+            mirror.pending_msgs.extend([_as_message(d, seen + i) for i, d in enumerate(new_src)])
+            mirror.last_src = new_src[-1]
             self._finalize(mirror)
         return mirror
 
@@ -678,7 +677,7 @@ class ProgressiveCompactor:
             return False
         if offset and history[0] is not mirror.system.raw and history[0] != mirror.system_dict:  # type: ignore[union-attr]
             return False
-        seen = offset + mirror.final_src + len(mirror.pending_src)
+        seen = offset + mirror.final_src + len(mirror.pending_msgs)
         if len(history) < seen:
             return False
         if seen > offset:
@@ -701,7 +700,6 @@ class ProgressiveCompactor:
         mirror.final_tokens.extend(self.hooks.estimate_tokens(repaired))
         mirror.repairs_final += repairs
         mirror.final_src += cut
-        del mirror.pending_src[:cut]
         del mirror.pending_msgs[:cut]
 
     def _pending(self, mirror: _Mirror, state: SessionState) -> tuple[list[Message], int, list[dict[str, Any]], int]:

@@ -59,3 +59,19 @@ def make_compactor(compactor_factory) -> Callable[..., ProgressiveCompactor]:
 def recording_summarizer() -> RecordingSummarizer:
     """A summarizer that counts its calls and delegates to the offline one."""
     return RecordingSummarizer()
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    """A config YAML for the CLI tests with every file root under ``tmp_path``."""
+    from cli_helpers import write_config
+
+    return write_config(tmp_path)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Path:
+    """A synthetic session file for the CLI tests."""
+    from cli_helpers import synthetic_history, write_jsonl
+
+    return write_jsonl(tmp_path / "sess.jsonl", synthetic_history())

@@ -19,7 +19,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_config, write_jsonl
+from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_jsonl
 from progressive_compactor import cli as cli_mod
 from progressive_compactor.cli import main, parse_duration, parse_line_range
 from progressive_compactor.messages import messages_from_dicts, view_problems
@@ -59,16 +59,6 @@ def subprocess_run(*args: Any, cwd: Path, env: dict[str, str] | None = None) -> 
     return subprocess.run(
         command + [str(a) for a in args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
     )
-
-
-@pytest.fixture
-def cfg(tmp_path: Path) -> Path:
-    return write_config(tmp_path)
-
-
-@pytest.fixture
-def session(tmp_path: Path) -> Path:
-    return write_jsonl(tmp_path / "sess.jsonl", synthetic_history())
 
 
 def stored_records(tmp_path: Path, sid: str) -> list[CompactionRecord]:

@@ -52,12 +52,14 @@ def test_the_default_config_matches_the_code_defaults():
         ({"context_window": 0}, "context_window must be positive @ $.context_window"),
         ({"min_tail_messages": -1}, "@ $.min_tail_messages"),
         ({"fallback_budget": 1.5}, "fallback_budget must be in (0, 1] @ $.fallback_budget"),
+        ({"summary_share": 0}, "summary_share must be in (0, 1] @ $.summary_share"),
+        ({"offload_break_factor": "4"}, "@ $.offload_break_factor"),
         ({"config": {"offload-files": 3}}, "@ $.config"),
     ],
     ids=[
         "unknown-key", "string-for-int", "bool-for-int", "float-for-int", "string-for-float",
         "unknown-role", "int-for-name", "string-for-list", "int-in-list", "zero-window", "negative-tail",
-        "budget-over-one", "scalar-block",
+        "budget-over-one", "zero-summary-share", "string-for-break-factor", "scalar-block",
     ],
 )
 def test_invalid_settings_name_their_path(overrides, problem):

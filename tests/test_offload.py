@@ -219,14 +219,19 @@ def test_files_are_private(tmp_path):
 # --- fail-open (seed 6.1) ------------------------------------------------------------------------
 
 
-def test_a_failed_write_keeps_the_original_and_appends_the_error(make_compactor, tmp_path):
+def compact_with_an_unwritable_root(make_compactor, tmp_path, ratio):
+    """One compaction of a history of large results whose offload root is a file, not a folder."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the offload root should be")
     history = build_history([5000] * 10)
     compactor = make_compactor(
-        context_window=window_for(history, 0.65), config={"offload-files": {"root": str(blocker)}}
+        context_window=window_for(history, ratio), config={"offload-files": {"root": str(blocker)}}
     )
-    view, record = compactor.compact_with_record(history)
+    return history, *compactor.compact_with_record(history)
+
+
+def test_a_failed_write_keeps_the_original_and_appends_the_error(make_compactor, tmp_path):
+    history, view, record = compact_with_an_unwritable_root(make_compactor, tmp_path, 0.65)
     assert record.tier is CompactionTier.WARN
     assert view == history
     assert record.offloaded == ()
@@ -236,13 +241,7 @@ def test_a_failed_write_keeps_the_original_and_appends_the_error(make_compactor,
 
 
 def test_a_failed_write_does_not_stop_the_summary(make_compactor, tmp_path):
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("")
-    history = build_history([5000] * 10)
-    compactor = make_compactor(
-        context_window=window_for(history, 0.85), config={"offload-files": {"root": str(blocker)}}
-    )
-    view, record = compactor.compact_with_record(history)
+    _, view, record = compact_with_an_unwritable_root(make_compactor, tmp_path, 0.85)
     assert record.tier is CompactionTier.FULL
     assert record.summarized == 15
     assert "offload of call_0 failed" in record.error

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli_helpers import corpus_file, synthetic_history, write_config, write_jsonl
+from cli_helpers import corpus_file, synthetic_history
 from progressive_compactor.cli import main
 from progressive_compactor.config import load_config
 from progressive_compactor.models import CompactionTier
@@ -23,16 +23,6 @@ from progressive_compactor import report  # noqa: E402
 
 def run(*args: object) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-@pytest.fixture
-def cfg(tmp_path: Path) -> Path:
-    return write_config(tmp_path)
-
-
-@pytest.fixture
-def session(tmp_path: Path) -> Path:
-    return write_jsonl(tmp_path / "sess.jsonl", synthetic_history())
 
 
 def assert_self_contained(page: str) -> None:
