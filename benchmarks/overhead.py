@@ -43,13 +43,7 @@ def time_bare(messages: list[dict], repeat: int = 5) -> float:
 
 def replay(path: Path, window: int, root: str, cold: bool) -> list[tuple[CompactionTier, float, float, int]]:
     messages = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-    overrides = {
-        "context_window": window,
-        "config": {
-            "offload-files": {"root": f"{root}/offload"},
-            "store-jsonl": {"directory": f"{root}/records"},
-        },
-    }
+    overrides = {"context_window": window, "data_dir": root}
     compactor = ProgressiveCompactor("default", **overrides)
     rows = []
     for i, m in enumerate(messages):

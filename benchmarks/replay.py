@@ -77,15 +77,14 @@ def http_policy(url: str) -> tuple[str, dict[str, Any]]:
 
 def run_one(policy: str, config_name: str, overrides: dict[str, Any], window: int, path: str) -> dict[str, Any]:
     """One replay (a process-pool job): plain numbers out."""
-    from progressive_compactor.cli_ab import rooted_config
-    from progressive_compactor.compactor import ProgressiveCompactor
-    from progressive_compactor.config import deep_merge, load_config
-    from progressive_compactor.replay import read_session, replay_session
+    from progressive_compactor import ProgressiveCompactor, load_config
+    from progressive_compactor.config import deep_merge
+    from progressive_compactor.lab.replay import isolated_config, read_session, replay_session
 
     messages = read_session(path)
     with tempfile.TemporaryDirectory(prefix="compactor-bench-") as tmp:
         config = load_config(config_name, **deep_merge(overrides, {"context_window": window}))
-        with ProgressiveCompactor(rooted_config(config, Path(tmp))) as compactor:
+        with ProgressiveCompactor(isolated_config(config, Path(tmp))) as compactor:
             started = time.perf_counter()
             r = replay_session(messages, compactor, Path(path).stem)
             wall = time.perf_counter() - started
@@ -138,7 +137,7 @@ def retention_mean(rows: list[dict[str, Any]], category: str) -> tuple[float | N
 
 def no_cache_cost(r: dict[str, Any]) -> float:
     """The session's cost if the provider had no prompt cache (cached input billed as input)."""
-    from progressive_compactor.pricing import DEFAULT_PRICES as P
+    from progressive_compactor.pricing import DEFAULT_PRICES as P  # noqa: N811
 
     fresh = r["input_tokens"] * P.input + r["output_tokens"] * P.output
     return (fresh + r["summarizer_tokens_in"] * P.summarizer_input + r["summarizer_tokens_out"] * P.summarizer_output) / 1e6
@@ -183,7 +182,7 @@ def window_table(window: int, by_policy: dict[str, list[dict[str, Any]]], refere
 
 
 def paired_table(by_policy: dict[str, list[dict[str, Any]]], pairs: list[tuple[str, str]]) -> str:
-    from progressive_compactor.experiment import paired_difference
+    from progressive_compactor.lab.experiment import paired_difference
 
     lines = [
         "| comparison (per session) | cost, USD | peak view tokens | overflow turns | "

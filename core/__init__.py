@@ -5,10 +5,12 @@ from progressive_compactor import ProgressiveCompactor
 compactor = ProgressiveCompactor("default", context_window=32_000)
 view, record = compactor.compact_with_record(history, session_id="s1")
 ```
+
+Plugin authors import from :mod:`progressive_compactor.plugin`.
 """
 
 from .compactor import EMERGENCY_ERROR, ProgressiveCompactor
-from .config import CompactorConfig, PluginSelection, load_config
+from .config import CompactorConfig, PluginSelection
 from .errors import (
     CompactorError,
     ConfigError,
@@ -16,6 +18,8 @@ from .errors import (
     InvalidMessagesError,
     OffloadError,
     PluginError,
+    StateConflictError,
+    StorageError,
     SummarizerError,
 )
 from .hookspecs import hookimpl
@@ -28,17 +32,21 @@ from .models import (
     Message,
     OffloadEntry,
     ParsedSummary,
+    SessionInfo,
     SessionState,
     SummaryRequest,
     SummaryResult,
     TierInput,
     TierPlan,
     ToolCall,
+    TurnContext,
 )
+from .notice import notice
 from .session import AsyncSession, Session
 from .tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
+from .validation import load_config
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "EMERGENCY_ERROR",
@@ -62,14 +70,20 @@ __all__ = [
     "PluginSelection",
     "ProgressiveCompactor",
     "Session",
+    "SessionInfo",
     "SessionState",
+    "StateConflictError",
+    "StorageError",
     "SummarizerError",
     "SummaryRequest",
     "SummaryResult",
     "TierInput",
     "TierPlan",
     "ToolCall",
+    "TurnContext",
+    "__version__",
     "handle_read_tool_call",
     "hookimpl",
     "load_config",
+    "notice",
 ]

@@ -1,5 +1,5 @@
 """Anchors: reading them from summary text, merging them across turns, writing the compaction
-message (seed sections 4.4-4.6).
+message that stands for everything a summary covers.
 
 Summary text carries one Markdown section per anchor, then the prose::
 
@@ -86,7 +86,7 @@ def parse_markdown(text: str) -> ParsedSummary:
 
 
 def complete(anchors: Iterable[Anchor]) -> tuple[Anchor, ...]:
-    """All five anchors in order; absent ones ``N/A`` (seed section 4.4)."""
+    """All five anchors in order; absent ones ``N/A``."""
     by_type = {a.type: a for a in anchors}
     return tuple(by_type.get(t, Anchor(t)) for t in AnchorType)
 
@@ -100,7 +100,7 @@ def _norm(line: str) -> str:
 
 
 def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor, ...]:
-    """Union of old and new (seed section 4.5): nothing old is lost to an ``N/A``.
+    """Union of old and new, so that nothing old is lost to an ``N/A`` or to a summarizer's omission.
 
     Per anchor: an ``N/A`` side gives way to the other; otherwise the lines of both are kept, old
     first, without repeats, bounded to the newest :data:`MAX_ANCHOR_LINES`. The user's intent keeps
@@ -193,8 +193,9 @@ def facts_as_anchors(facts: Facts) -> tuple[Anchor, ...]:
 
 
 def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
-    """Add to ``anchors`` whatever deterministic fact they lack (DESIGN.md: facts that do not
-    depend on the summarizer). A fact counts as present when its text already appears."""
+    """Add to ``anchors`` whatever deterministic fact they lack, so that what the anchors say of
+    the request, the files and the failures does not depend on the summarizer's diligence. A fact
+    counts as present when its text already appears."""
     result = {a.type: a for a in complete(anchors)}
     everything = "\n".join(a.content for a in result.values())
     for fact_anchor in facts_as_anchors(facts):

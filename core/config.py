@@ -1,4 +1,4 @@
-"""The YAML config: which plugin fills each role, and each plugin's own block.
+"""The YAML config: the core's settings, which plugin fills each role, and each plugin's block.
 
 ```yaml
 context_window: 128000
@@ -9,8 +9,10 @@ config:                                # one block per plugin name, checked by t
   offload-files: {threshold: 4000}
 ```
 
-Bundled configs are referred to by name (``default``, ``openai``, ``anthropic``, ``ollama``,
-``ab-example``); anything else is a path.
+This module holds the data classes and the reading of YAML; turning data into a checked config
+(every problem of a file reported at once, plugins included) is
+:mod:`progressive_compactor.validation`'s job. Bundled configs are referred to by name
+(:data:`BUNDLED`); anything else is a path.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from typing import Any, Mapping
 import attrs
 import yaml
 
-from .converters import structure_config
 from .errors import ConfigError
+from .pricing import PriceTable
 
 BUNDLED = (
     "default",
+    "cache-aware",
     "openai",
     "anthropic",
     "ollama",
@@ -36,7 +39,6 @@ BUNDLED = (
     "baseline-truncation",
     "baseline-one-threshold",
     "baseline-masking",
-    "cache-aware",
 )
 ESSENTIAL_PLUGINS = ("fallback-token-budget",)
 """Plugins that configuration cannot disable: the core must always be able to truncate."""
@@ -44,7 +46,7 @@ ESSENTIAL_PLUGINS = ("fallback-token-budget",)
 
 @attrs.frozen
 class PluginSelection:
-    """Which plugin fills each role. ``none`` leaves an optional role empty."""
+    """Which plugin fills each role. ``none`` leaves a role empty (a tier that does nothing)."""
 
     policy: str = "policy-thresholds"
     tier_warn: str = "tier-warn"
@@ -59,7 +61,7 @@ class PluginSelection:
     state: str = "state-memory"
     stores: tuple[str, ...] = ("store-jsonl",)
     extra: tuple[str, ...] = ()
-    """Further plugins to load: memory extractors, todo providers, more stores."""
+    """Further plugins to load: memory extractors, todo providers, observers."""
     disable: tuple[str, ...] = ()
     """Plugin names never to load, even when another setting names them."""
 
@@ -82,81 +84,112 @@ class PluginSelection:
 
 
 @attrs.frozen
+class VariantSpec:
+    """One variant of an A/B experiment."""
+
+    weight: float = 1.0
+    """Share of live sessions (relative to the other weights); 0 keeps it out of live traffic."""
+    config: str | None = None
+    """A bundled config name or a YAML path (relative to the experiment's file); default: the base."""
+    overrides: dict[str, Any] = attrs.field(factory=dict)
+    """Laid over the variant's config. ``context_window`` and ``pricing`` are the experiment's own
+    and may not differ between variants."""
+
+
+@attrs.frozen
+class ExperimentSpec:
+    """The ``experiment`` section: named variants of the rest of the file (the base)."""
+
+    variants: dict[str, VariantSpec]
+    name: str = "experiment"
+    control: str | None = None
+    """Differences are reported against this variant (default: the first)."""
+    salt: str | None = None
+    """Hashed with the session id to assign a variant to a new session (default: ``name``)."""
+
+
+@attrs.frozen
 class CompactorConfig:
     """Settings of the core. Plugin settings live in their own blocks under ``config``."""
 
     context_window: int = 128_000
     min_tail_messages: int = 6
+    """The newest messages, never summarized (never cut inside a tool call's results)."""
     offload_threshold: int = 4000
-    """Compaction-time offload: tool results in the head longer than this many characters."""
+    """Compaction-time offload: tool results longer than this many characters."""
     tool_result_threshold: int = 10_000
-    """Production-time offload (seed 3.4): results longer than this never enter the history."""
+    """Offload when a tool result arrives (``Session.add_tool_result``): longer results never
+    enter the history."""
     fallback_budget: float = 0.5
     """Emergency truncation keeps the view under this share of the context window."""
-    offload_break_factor: float | None = None
-    """None: Warn offloads every large result in the head, as the seed does. A number makes Warn
-    prompt-cache aware: a result is offloaded only if the tokens after it are at most this many
-    times what it saves (see ProgressiveCompactor._offload and configs/cache-aware.yaml)."""
     max_summary_tokens: int = 4000
     summary_share: float = 0.1
     """The summary (the user's request aside) stays under this share of the window, and under
     ``max_summary_tokens``: a summary that fills the window makes every compaction come sooner."""
     intent_max_chars: int = 8000
     """The user's original request is kept verbatim in the summary up to this many characters."""
-    work_dir: str = "."
+    data_dir: str | None = None
+    """Where plugins keep files (``{data_dir}`` in their settings). Default: the environment
+    variable ``COMPACTOR_DATA_DIR``, else a per-user data folder (``~/.local/share/...``)."""
     variant: str | None = None
     """Name written into every record, for A/B comparisons."""
     plugins: PluginSelection = PluginSelection()
     config: dict[str, dict[str, Any]] = attrs.field(factory=dict)
-    experiment: dict[str, Any] | None = None
-    """A/B experiment section (see ``progressive_compactor.experiment``); kept as given."""
-    pricing: dict[str, float] | None = None
-    """Price table for billed cost in replays (see ``progressive_compactor.pricing``)."""
+    experiment: ExperimentSpec | None = None
+    """An A/B experiment over variants of this config (see ``docs/experiments.md``)."""
+    pricing: PriceTable = PriceTable()
+    """US dollars per million tokens, for billed cost in replays, reports and cost-aware policies."""
 
     def plugin_block(self, name: str) -> Mapping[str, Any]:
         return self.config.get(name) or {}
 
 
-def _check(config: CompactorConfig) -> list[str]:
-    problems = []
-    if config.context_window <= 0:
-        problems.append("context_window must be positive @ $.context_window")
-    if config.min_tail_messages < 0:
-        problems.append("min_tail_messages must be 0 or more @ $.min_tail_messages")
-    if not 0 < config.summary_share <= 1:
-        problems.append("summary_share must be in (0, 1] @ $.summary_share")
-    if not 0 < config.fallback_budget <= 1:
-        problems.append("fallback_budget must be in (0, 1] @ $.fallback_budget")
-    for name in ESSENTIAL_PLUGINS:
-        if name in config.plugins.disable:
-            problems.append(f"{name} is essential and cannot be disabled @ $.plugins.disable")
-    if config.plugins.fallback == "none":
-        problems.append("the fallback role cannot be empty @ $.plugins.fallback")
-    for name, block in config.config.items():
-        if not isinstance(block, Mapping) and block is not None:
-            problems.append(f"expected a mapping for plugin {name!r} @ $.config.{name}")
-    return problems
+CORE_KEYS = tuple(f.name for f in attrs.fields(CompactorConfig))
+"""Every top-level key a config file may have."""
+SHARED_EXPERIMENT_KEYS = ("context_window", "pricing")
+"""Settings every variant of an experiment shares: a comparison is made at one window and one
+price table."""
 
 
-def config_from_dict(data: Mapping[str, Any] | None, source: str | None = None) -> CompactorConfig:
-    """Build and check a config from parsed YAML; every problem reported with its path."""
-    if data is not None and not isinstance(data, Mapping):
-        raise ConfigError([f"expected a mapping at the top level, got {type(data).__name__} @ $"], source)
+# --- reading YAML ---------------------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys without a word; a config with one is an error."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"duplicate key {key!r} (first on line {seen[key] + 1}); each key may appear once",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parsed YAML; a syntax error or a duplicate key raises :class:`ConfigError` with its line."""
     try:
-        config = structure_config(dict(data or {}), CompactorConfig)
-    except ConfigError as exc:
-        raise ConfigError(exc.problems, source) from exc
-    problems = _check(config)
-    if problems:
-        raise ConfigError(problems, source)
-    return config
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([f"invalid YAML{where}: {getattr(exc, 'problem', None) or exc}"], source) from exc
 
 
 def read_config_text(name_or_path: str | os.PathLike[str] | None) -> tuple[str, str]:
     """Return ``(text, source)`` of a bundled config name or a file path."""
-    if name_or_path is None:
-        name_or_path = "default"
-    name = str(name_or_path)
+    name = "default" if name_or_path is None else str(name_or_path)
     if name in BUNDLED:
         text = resources.files("progressive_compactor.configs").joinpath(f"{name}.yaml").read_text("utf-8")
         return text, f"bundled:{name}"
@@ -165,29 +198,22 @@ def read_config_text(name_or_path: str | os.PathLike[str] | None) -> tuple[str, 
         return path.read_text("utf-8"), str(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            [f"cannot read config file: {getattr(exc, 'strerror', None) or exc}"
-             f" (bundled configs: {', '.join(BUNDLED)})"],
+            [f"cannot read config file: {getattr(exc, 'strerror', None) or exc} (bundled configs: {', '.join(BUNDLED)})"],
             str(path),
         ) from exc
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([f"invalid YAML{where}: {getattr(exc, 'problem', exc)}"], source) from exc
-
-
-def load_config(name_or_path: str | os.PathLike[str] | None = None, **overrides: Any) -> CompactorConfig:
-    """Load a bundled config by name or a YAML file by path; keyword overrides win."""
+def read_config_data(name_or_path: str | os.PathLike[str] | None) -> tuple[dict[str, Any], str, Path | None]:
+    """``(data, source, directory)`` of a bundled config or a YAML file; ``directory`` is where
+    relative paths in it (an experiment's variant files) are found, None for a bundled config."""
     text, source = read_config_text(name_or_path)
-    data = parse_yaml(text, source) or {}
+    data = parse_yaml(text, source)
+    if data is None:
+        data = {}
     if not isinstance(data, Mapping):
         raise ConfigError([f"expected a mapping at the top level, got {type(data).__name__} @ $"], source)
-    data = deep_merge(dict(data), overrides)
-    return config_from_dict(data, source)
+    directory = None if source.startswith("bundled:") else Path(source).expanduser().absolute().parent
+    return dict(data), source, directory
 
 
 def deep_merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,6 +228,8 @@ def deep_merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[st
 
 
 def config_to_dict(config: CompactorConfig) -> dict[str, Any]:
+    """The config as plain data (what a YAML file holding it would say)."""
     from .converters import config_converter
 
-    return config_converter.unstructure(config)
+    data: dict[str, Any] = config_converter.unstructure(config)
+    return data

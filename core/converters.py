@@ -1,30 +1,61 @@
 """The cattrs converters: one strict converter for config, one for records and state.
 
-Models carry no (de)serialization code; this module is the only place that knows how they look on
-disk. The config converter is strict: it rejects unknown keys and does not turn ``"10"`` into
-``10`` or a list into a string, and every problem is reported with its path.
+Models carry no (de)serialization code; this module is the only place that knows how they look
+as data. The config converter is strict: it rejects unknown keys (with a "did you mean"), does not
+turn ``"10"`` into ``10`` or a string into a list of letters, and reports every problem with its
+path and, from a validator, its own message.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import difflib
 import json
+import logging
+import os
 import typing
-from typing import Any, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
+import attrs
 import cattrs
-from cattrs.v import transform_error
+from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.v import format_exception, transform_error
 
 from .errors import ConfigError
 from .models import AnchorType, CompactionRecord, CompactionTier, SessionState
 
 T = TypeVar("T")
+log = logging.getLogger("progressive_compactor")
 
 
-def _strict(kind: type, accept: tuple[type, ...], reject: tuple[type, ...] = ()):
-    def structure(value: Any, _: type) -> Any:
+class SettingError(ValueError):
+    """Raised by config validators and strict hooks: its message is shown as it is."""
+
+    def __init__(self, message: str, field: str | None = None):
+        self.field = field
+        super().__init__(message)
+
+
+def setting_check(check: Callable[[Any], bool], message: str) -> Callable[[Any, Any, Any], None]:
+    """An attrs validator: ``message`` (with ``{value}``) when ``check(value)`` is false."""
+
+    def validate(instance: Any, attribute: Any, value: Any) -> None:
+        if not check(value):
+            raise SettingError(message.format(value=value), attribute.name)
+
+    return validate
+
+
+def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the closest choice, or nothing."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _strict(kind: type, accept: tuple[type, ...], reject: tuple[type, ...] = ()) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _: Any) -> Any:
         if isinstance(value, reject) or not isinstance(value, accept):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            raise SettingError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
         return kind(value)
 
     return structure
@@ -37,6 +68,7 @@ def make_config_converter() -> cattrs.Converter:
     converter.register_structure_hook(str, _strict(str, (str,)))
     converter.register_structure_hook(bool, _strict(bool, (bool,)))
     _reject_text_for_sequences(converter)
+    _reject_non_mappings(converter)
     return converter
 
 
@@ -53,7 +85,7 @@ def _reject_text_for_sequences(converter: cattrs.Converter) -> None:
 
         def structure(value: Any, target: Any) -> Any:
             if not isinstance(value, (list, tuple)):
-                raise TypeError(f"expected a list, got {type(value).__name__} {value!r}")
+                raise SettingError(f"expected a list, got {type(value).__name__} {value!r}")
             return hook(value, target)
 
         return structure
@@ -61,21 +93,68 @@ def _reject_text_for_sequences(converter: cattrs.Converter) -> None:
     converter.register_structure_hook_factory(is_sequence, factory)
 
 
+def _reject_non_mappings(converter: cattrs.Converter) -> None:
+    """A block that should be a mapping but is a string or a list says so plainly."""
+    inner = converter.copy()
+
+    def is_mapping(cls: Any) -> bool:
+        return attrs.has(cls) or typing.get_origin(cls) in (dict, collections.abc.Mapping)
+
+    def factory(cls: Any) -> Any:
+        hook = inner.get_structure_hook(cls)
+
+        def structure(value: Any, target: Any) -> Any:
+            if not isinstance(value, collections.abc.Mapping):
+                raise SettingError(f"expected a mapping, got {type(value).__name__} {value!r}")
+            return hook(value, target)
+
+        return structure
+
+    converter.register_structure_hook_factory(is_mapping, factory)
+
+
 config_converter = make_config_converter()
+_FIELD_MARK = "\x00field:"
+
+
+def _format(exc: BaseException, kind: Any) -> str:
+    if isinstance(exc, SettingError):
+        return f"{exc}{_FIELD_MARK}{exc.field}" if exc.field else str(exc)
+    if isinstance(exc, ForbiddenExtraKeysError):
+        names = [f.name for f in attrs.fields(kind)] if attrs.has(kind) else []
+        return "; ".join(
+            f"unknown setting {key!r}{did_you_mean(key, names)}" + (f" (settings: {', '.join(names)})" if names else "")
+            for key in sorted(exc.extra_fields)
+        )
+    return format_exception(exc, kind)
+
+
+def _with_field(line: str) -> str:
+    """``message\\0field:name @ $.path`` -> ``message @ $.path.name``."""
+    if _FIELD_MARK not in line:
+        return line
+    message, rest = line.split(_FIELD_MARK, 1)
+    field, _, path = rest.partition(" @ ")
+    return f"{message} @ {path}.{field}"
 
 
 def structure_config(data: Any, cls: type[T], path: str = "$") -> T:
     """Structure ``data`` into ``cls``; raise :class:`ConfigError` with one line per problem."""
-    if data is None:
+    if data is None and attrs.has(cls):  # an empty block in YAML is null
         data = {}
     try:
         return config_converter.structure(data, cls)
-    except Exception as exc:  # cattrs raises ClassValidationError / plain errors
-        if isinstance(exc, (cattrs.BaseValidationError,)):
-            problems = transform_error(exc, path=path)
-        else:
-            problems = [f"{exc} @ {path}"]
+    except cattrs.BaseValidationError as exc:
+        problems = [_with_field(line) for line in transform_error(exc, path=path, format_exception=_format)]
         raise ConfigError(problems) from exc
+    except SettingError as exc:
+        where = f"{path}.{exc.field}" if exc.field else path
+        raise ConfigError([f"{exc} @ {where}"]) from exc
+    except Exception as exc:  # a validator that raised something else
+        raise ConfigError([f"{type(exc).__name__}: {exc} @ {path}"]) from exc
+
+
+# --- records and state ------------------------------------------------------------------------
 
 
 def make_record_converter() -> cattrs.Converter:
@@ -90,18 +169,55 @@ def make_record_converter() -> cattrs.Converter:
 
 
 record_converter = make_record_converter()
+EMERGENCY_CAUSE = "emergency fallback: forced truncation"
+"""The cause the record gives when the truncation fallback made the view."""
 
 
 def record_to_dict(record: CompactionRecord) -> dict[str, Any]:
-    return record_converter.unstructure(record)
+    data: dict[str, Any] = record_converter.unstructure(record)
+    return data
+
+
+def upgrade_record_data(data: dict[str, Any]) -> dict[str, Any]:
+    """A record dict of an older schema version in today's layout.
+
+    Version 1 had one ``error`` string joining every cause with ``"; "``: it is split into
+    ``errors``, loop-guard notes move to ``escalations``, and ``fallback`` is set when the
+    truncation fallback's cause is among them.
+    """
+    if data.get("schema_version", 1) >= 2 or "error" not in data:
+        return data
+    data = dict(data)
+    causes = [c for c in str(data.pop("error") or "").split("; ") if c]
+    data["escalations"] = [c for c in causes if c.startswith("loop guard:") and "escalating" in c]
+    data["errors"] = [c for c in causes if c not in data["escalations"]]
+    data["fallback"] = EMERGENCY_CAUSE in causes
+    return data
 
 
 def record_from_dict(data: dict[str, Any]) -> CompactionRecord:
-    return record_converter.structure(data, CompactionRecord)
+    """A record from its dict, any schema version (older ones are upgraded)."""
+    return record_converter.structure(upgrade_record_data(data), CompactionRecord)
 
 
 def record_to_json(record: CompactionRecord) -> str:
     return json.dumps(record_to_dict(record), ensure_ascii=False, separators=(",", ":"))
+
+
+def read_records_file(path: str | os.PathLike[str]) -> Iterator[CompactionRecord]:
+    """Every record in a JSONL file; a line that does not parse is skipped with a warning naming
+    the file and the line (a torn last line is what a crash mid-write leaves)."""
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    last = len(lines) - 1
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            yield record_from_dict(json.loads(raw.decode("utf-8", "surrogatepass")))
+        except Exception as exc:  # noqa: BLE001 - JSON, UTF-8 and cattrs errors all mean "unreadable"
+            what = "torn last line (interrupted write)" if number - 1 == last else "unreadable line"
+            log.warning("%s:%d: skipped %s: %s", path, number, what, type(exc).__name__)
 
 
 def state_to_json(state: SessionState) -> str:

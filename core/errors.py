@@ -1,4 +1,15 @@
-"""Every exception the library raises on purpose derives from :class:`CompactorError`."""
+"""Every exception the library raises on purpose derives from :class:`CompactorError`::
+
+    CompactorError
+    ├── ConfigError           a config file or block is invalid (every problem, with its path)
+    ├── PluginError           a plugin cannot be found, imported or started
+    ├── InvalidMessagesError  what was passed is not a chat history
+    ├── SummarizerError       a summarizer failed (the turn falls back to truncation)
+    ├── StorageError          a file or record cannot be written or read safely
+    │   └── OffloadError      an offloaded tool result cannot be written or read
+    ├── StateConflictError    another turn of the same session is running
+    └── FallbackError         the essential truncation fallback broke its contract
+"""
 
 from __future__ import annotations
 
@@ -10,7 +21,9 @@ class CompactorError(Exception):
 
 
 class ConfigError(CompactorError):
-    """A config file or block is invalid. ``problems`` holds one line per problem, with its path."""
+    """A config file or block is invalid. ``problems`` holds one line per problem, each with its
+    path (``@ $.config.policy-thresholds.soft``) and, where there is one, the fix; ``source`` is
+    the file or bundled name."""
 
     def __init__(self, problems: list[str], source: str | None = None):
         self.problems = list(problems)
@@ -20,7 +33,8 @@ class ConfigError(CompactorError):
 
 
 class PluginError(CompactorError):
-    """A plugin could not be found, imported or registered. ``plugin`` names it."""
+    """A plugin could not be found, imported or started. ``plugin`` names it, ``distribution``
+    the package that declares it."""
 
     def __init__(self, message: str, plugin: str | None = None, distribution: str | None = None):
         self.plugin = plugin
@@ -29,7 +43,8 @@ class PluginError(CompactorError):
 
 
 class InvalidMessagesError(CompactorError):
-    """The messages given to the compactor are not a chat history. ``index`` is the bad message."""
+    """The messages given to the compactor are not a chat history. ``index`` is the position of
+    the bad message and ``value`` the message itself."""
 
     def __init__(self, message: str, index: int | None = None, value: Any = None):
         self.index = index
@@ -38,7 +53,9 @@ class InvalidMessagesError(CompactorError):
 
 
 class SummarizerError(CompactorError):
-    """A summarizer failed; ``cause`` is a short readable reason that goes into ``record.error``."""
+    """A summarizer failed; ``cause`` is a short readable reason that goes into the record's
+    ``errors``. ``retryable`` says whether asking again could help; ``status`` is the HTTP status,
+    if there was one."""
 
     def __init__(self, cause: str, *, retryable: bool = False, status: int | None = None):
         self.cause = cause
@@ -47,11 +64,30 @@ class SummarizerError(CompactorError):
         super().__init__(cause)
 
 
-class OffloadError(CompactorError):
-    """Writing or reading an offloaded tool result failed. ``handle`` names the result."""
+class StorageError(CompactorError):
+    """A file could not be written or read, or was refused because it would leave its folder (a
+    symbolic link, a path outside the root). ``path`` is the file or folder."""
 
-    def __init__(self, message: str, handle: str | None = None):
+    def __init__(self, message: str, path: str | None = None):
+        self.path = path
+        super().__init__(message)
+
+
+class OffloadError(StorageError):
+    """Writing or reading an offloaded tool result failed. ``handle`` names the result. When
+    writing fails, the compactor keeps the original text and records the error."""
+
+    def __init__(self, message: str, handle: str | None = None, path: str | None = None):
         self.handle = handle
+        super().__init__(message, path)
+
+
+class StateConflictError(CompactorError):
+    """Another turn of the same session changed its state first (two workers, or two concurrent
+    calls on one compactor). ``session_id`` names the session."""
+
+    def __init__(self, message: str, session_id: str | None = None):
+        self.session_id = session_id
         super().__init__(message)
 
 

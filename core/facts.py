@@ -1,6 +1,6 @@
 """Facts the core extracts by itself, deterministically, whatever the summarizer writes.
 
-DESIGN.md: the user's original request, the files the agent created, edited or read, the
+The user's original request, the files the agent created, edited or read, the
 commands that failed with their error line, stated decisions and the last stated next step. The
 same functions serve the offline summarizer, the anchors' safety net and the retention probes.
 """
@@ -164,7 +164,7 @@ def _sentences(text: str) -> list[str]:
 
 
 def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> Facts:
-    """Every fact of DESIGN.md's list found in ``messages``, in order of appearance."""
+    """Every fact of the module's list found in ``messages``, in order of appearance."""
     created: list[str] = []
     edited: list[str] = []
     read: list[str] = []

@@ -1,21 +1,29 @@
 """Every hook of progressive-compactor, grouped by when the compactor calls it in a turn.
 
-A plugin implements any of these with ``@hookimpl``. "firstresult" hooks stop at the first
-implementation that returns something other than ``None``; built-in defaults are registered with
-``trylast=True``, so any other plugin that answers wins. Broadcast hooks call every implementation,
-and the compactor keeps going when one of them raises (fail-open): one failing store must not stop
-the others. See CONTRIBUTING.md for a worked example of each hook.
+A plugin implements any of these with ``@hookimpl`` and may leave out arguments it does not
+need. Three kinds of hook:
+
+- **firstresult**: the core wants one answer; implementations are called until one returns
+  something other than ``None``. Built-in defaults are registered with ``trylast=True``, so any
+  other plugin that answers wins.
+- **role**: called only on the plugin the config selects for a role (``apply_tier``: the plugin
+  of ``tier_warn`` at Warn, and so on), so the YAML role is the contract.
+- **broadcast**: every implementation is called, and the compactor keeps going when one of them
+  raises (fail-open): one failing store must not stop the others.
 
 One turn::
 
     compact_with_record(history)
-      estimate_tokens ─► determine_tier ─► apply_tier ─► (offload, extract_memory, summarize,
-      parse_anchors, todo_context | fallback_compact) ─► persist_record ─► save_state
+      load_state ─► estimate_tokens ─► determine_tier ─► apply_tier ─► (offload, extract_memory,
+      summarize, parse_anchors, todo_context | fallback_compact) ─► save_state ─► persist_record
+
+Commands and tools read what plugins keep through ``read_offloaded``, ``read_records``,
+``list_sessions`` and ``tier_thresholds``; ``on_delete_session`` cleans a session up everywhere.
 """
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Mapping, Sequence
 
 import pluggy
 
@@ -25,11 +33,13 @@ from .models import (
     Message,
     OffloadEntry,
     ParsedSummary,
+    SessionInfo,
     SessionState,
     SummaryRequest,
     SummaryResult,
     TierInput,
     TierPlan,
+    TurnContext,
 )
 
 PROJECT = "progressive_compactor"
@@ -42,32 +52,46 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec(firstresult=True)
 def estimate_tokens(messages: Sequence[Message]) -> Sequence[int] | None:
-    """Return the token count of each message in ``messages`` (same length, same order).
+    """Return the token count of each message (same length, same order).
 
     Called by the compactor once for every message it has not seen before (counts are cached), in
-    batches. The default, ``tokens-chars``, is the seed's estimate: characters ÷ 4.
+    batches. Every tier decision, budget and record uses these counts. The default,
+    ``tokens-chars``, counts characters ÷ 4.
     Stops at the first non-None result; ``None`` means "not mine, ask the next plugin".
+
+    :param messages: the messages to count; a message's count must depend on it alone.
     """
 
 
 @hookspec(firstresult=True)
-def determine_tier(ratio: float, tokens: int, context_window: int) -> CompactionTier | None:
+def determine_tier(ratio: float, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier | None:
     """Return the tier for a view of ``tokens`` tokens, ``ratio`` of the window.
 
-    Called once per turn on the view that would be sent (DESIGN.md: decided on the view, not the
-    full history). The default, ``policy-thresholds``, applies 60/70/80/95 %.
-    Stops at the first non-None result; ``None`` means "no opinion".
+    Called once per turn on the view that would be sent (the system message, the compaction
+    message and every message the summary does not cover), and again after a Soft or Full
+    compaction, where anything at Soft or above makes the loop guard escalate. The default,
+    ``policy-thresholds``, applies 60/70/80/95 %.
+    Stops at the first non-None result; ``None`` means "no opinion" (tier None if nobody answers).
+
+    :param ratio: ``tokens / context_window``.
+    :param tokens: estimated tokens of the view.
+    :param context_window: the model's window in tokens.
+    :param turn: the session id, the session's state and the sizes of view and history.
     """
 
 
-@hookspec(firstresult=True)
-def apply_tier(tier_input: TierInput) -> TierPlan | None:
+@hookspec
+def apply_tier(tier_input: TierInput, turn: TurnContext) -> TierPlan | None:
     """Return what to do at ``tier_input.tier`` as a :class:`TierPlan`; the core carries it out.
 
-    Called once per turn whose tier is not NONE, and again when the loop guard escalates. Each
-    built-in tier plugin (``tier-warn``, ``tier-soft``, ``tier-full``, ``tier-emergency``) answers
-    its own tier and returns ``None`` for the others.
-    Stops at the first non-None result; ``None`` means "not my tier".
+    A role hook: called only on the plugin the config selects for the tier's role (``tier_warn``,
+    ``tier_soft``, ``tier_full``, ``tier_emergency``), once per turn whose tier is not None, and
+    again when the loop guard escalates. ``None`` means "do nothing at this tier" (at Emergency
+    the core then truncates as ``tier-emergency`` does).
+
+    :param tier_input: the tier, the head (uncovered messages before the protected tail), the
+        tail, the view's tokens and the window.
+    :param turn: the session id and the session's state.
     """
 
 
@@ -78,11 +102,15 @@ def apply_tier(tier_input: TierInput) -> TierPlan | None:
 def offload(message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
     """Move one large tool result out of the context; return where it went.
 
-    Called for each tool message of the part a tier offloads. Return ``None`` to skip it (no
-    tool_call_id, shorter than ``threshold`` characters, already a placeholder). Raise
-    :class:`~progressive_compactor.errors.OffloadError` when writing fails: the compactor keeps
-    the original text and appends the error to the record (seed section 6.1).
+    Called for each tool message of the part a tier offloads, and by ``offload_tool_result`` when
+    a result arrives. Return ``None`` to skip it (no tool_call_id, not over ``threshold``
+    characters, already a placeholder). Raise :class:`~progressive_compactor.errors.OffloadError`
+    when writing fails: the compactor keeps the original text and records the error.
     Stops at the first non-None result.
+
+    :param message: a tool message, with its full text.
+    :param session_id: the session it belongs to.
+    :param threshold: offload only a text longer than this many characters.
     """
 
 
@@ -90,8 +118,10 @@ def offload(message: Message, session_id: str, threshold: int) -> OffloadEntry |
 def read_offloaded(handle: str) -> str | None:
     """Return the full text of the offloaded tool result named by ``handle``.
 
-    Called by ``compactor show`` and the read tool. ``None`` means "not my handle".
-    Stops at the first non-None result.
+    Called by ``compactor show``, the read tool and the replay's retention probes.
+    Stops at the first non-None result; ``None`` means "not my handle".
+
+    :param handle: the handle the placeholder names (``session/call_id`` for ``offload-files``).
     """
 
 
@@ -100,19 +130,24 @@ def extract_memory(messages: Sequence[Message], session_id: str) -> None:
     """Take long-term memory from messages that are about to be summarized.
 
     Called before summarization with exactly the messages that will be folded into the summary.
-    Broadcast, fail-open: an exception is logged and skipped silently (seed section 6.1).
+    Broadcast, fail-open: an exception is logged and skipped.
+
+    :param messages: the messages about to leave the view.
+    :param session_id: the session they belong to.
     """
 
 
 @hookspec(firstresult=True)
 def summarize(request: SummaryRequest) -> SummaryResult | None:
-    """Return the new summary text for ``request`` (the previous summary and anchors, plus only
-    the messages not yet covered). The text should carry the five anchors in the format
+    """Return the new summary text for ``request``: the previous summary and anchors, and only
+    the messages not yet covered. The text should carry the five anchors in the format
     ``parse_anchors`` reads.
 
     Called by the synchronous API at Soft and Full. Raise
     :class:`~progressive_compactor.errors.SummarizerError` on failure: the compactor falls back to
     truncation and records the cause. Stops at the first non-None result.
+
+    :param request: what to summarize, the facts the core extracted, and the size limits.
     """
 
 
@@ -122,6 +157,8 @@ def asummarize(request: SummaryRequest) -> Awaitable[SummaryResult] | None:
 
     Called by ``acompact*``. A summarizer that does no I/O need not implement it: the async API
     then runs ``summarize`` in a worker thread. Stops at the first non-None result.
+
+    :param request: as for ``summarize``.
     """
 
 
@@ -130,16 +167,19 @@ def parse_anchors(text: str) -> ParsedSummary | None:
     """Read the five anchors and the prose from summary text.
 
     Called on every summary. Missing anchors come back in ``missing``; the core fills them with
-    ``N/A`` and appends a note to the record's error (seed section 4.4).
-    Stops at the first non-None result.
+    ``N/A`` and records an error. Stops at the first non-None result.
+
+    :param text: the summarizer's text.
     """
 
 
 @hookspec
 def todo_context(session_id: str) -> str | None:
-    """Return text to carry in the compaction message (the seed's todo injector), or ``None``.
+    """Return text to carry in the compaction message (a todo list, a plan), or ``None``.
 
     Called whenever a compaction message is written. Broadcast; every non-None answer is kept.
+
+    :param session_id: the session whose compaction message is written.
     """
 
 
@@ -152,38 +192,93 @@ def fallback_compact(
 ) -> list[Message] | None:
     """Truncate ``messages`` to at most ``budget`` tokens without any LLM call.
 
-    ``messages[:pinned]`` (the system and compaction messages) must be kept. ``estimate`` gives
-    the token count of each message as the core counts them. Keep the messages you keep as the
-    same objects (the core matches what was dropped by position from the end); shorten a message's
-    content only when nothing else fits. The result must be a valid chat history: no tool call
-    separated from its results. Called at Emergency, when the summarizer fails, and by
-    ``compact_force``. Essential: the default ``fallback-token-budget`` cannot be disabled.
-    Stops at the first non-None result.
+    Keep the messages you keep as the same objects (the core matches what was dropped by position
+    from the end); shorten a message's content only when nothing else fits. The result must be a
+    valid chat history: no tool call separated from its results. Called at Emergency, when the
+    summarizer fails, and by ``compact_force``. Essential: the default ``fallback-token-budget``
+    cannot be disabled. Stops at the first non-None result.
+
+    :param messages: the system and compaction messages, then every uncovered message.
+    :param pinned: ``messages[:pinned]`` must be kept (shortened only if they alone are over).
+    :param budget: tokens the result may take.
+    :param estimate: the token count of each message, as the core counts them.
     """
 
 
-# --- after the turn --------------------------------------------------------------------------
-
-
-@hookspec
-def persist_record(record: CompactionRecord) -> None:
-    """Store one CompactionRecord. Called once per turn, tier NONE included (a store may skip
-    those). Broadcast, fail-open: an exception is logged as a warning and the turn goes on."""
+# --- state and records -----------------------------------------------------------------------
 
 
 @hookspec(firstresult=True)
 def load_state(session_id: str) -> SessionState | None:
     """Return the session's saved state, or ``None`` when there is none (a new session).
-    Called at the start of every turn. Stops at the first non-None result."""
+
+    Called at the start of every turn. Stops at the first non-None result.
+
+    :param session_id: the session.
+    """
 
 
 @hookspec(firstresult=True)
 def save_state(session_id: str, state: SessionState) -> bool | None:
-    """Save the session's state after a turn that changed it. Return True when saved.
-    Stops at the first non-None result."""
+    """Save the session's state after a turn that changed it, compare-and-set.
+
+    Save only when the stored state's version is ``state.version - 1`` (no stored state counts as
+    version 0), atomically; return True when saved, False when another writer saved first (the
+    core then starts the turn over from the newer state). Stops at the first non-None result.
+
+    :param session_id: the session.
+    :param state: the new state; its ``version`` is one more than the version it replaces.
+    """
+
+
+@hookspec
+def persist_record(record: CompactionRecord) -> None:
+    """Store one CompactionRecord.
+
+    Called once per turn, tier None included (a store may skip those). Broadcast, fail-open: an
+    exception is logged as a warning and the turn goes on.
+
+    :param record: what the turn did.
+    """
+
+
+@hookspec(firstresult=True)
+def read_records(session_id: str) -> Sequence[CompactionRecord] | None:
+    """Return the stored records of ``session_id``, oldest first, or ``None`` if not a store.
+
+    Called by ``compactor records``, ``report`` and ``ab report``.
+    Stops at the first non-None result.
+
+    :param session_id: the session.
+    """
+
+
+@hookspec
+def list_sessions() -> Sequence[SessionInfo] | None:
+    """Return every session this plugin keeps something for, with when it last wrote.
+
+    Called by ``compactor gc --older-than`` and ``compactor records`` (no session given).
+    Broadcast; the answers of every plugin are merged.
+    """
 
 
 @hookspec
 def on_delete_session(session_id: str) -> None:
-    """Delete everything kept for ``session_id`` (offloaded files, records, state): the cascade
-    clean-up of seed section 5.5. Broadcast, fail-open."""
+    """Delete everything kept for ``session_id`` (offloaded results, records, state).
+
+    Called by ``ProgressiveCompactor.delete_session`` and ``compactor gc``. Broadcast, fail-open.
+
+    :param session_id: the session to forget.
+    """
+
+
+# --- display ---------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tier_thresholds() -> Mapping[str, float] | None:
+    """Return the share of the window at which each tier starts (``{"warn": 0.6, ...}``), for
+    charts and notices. A policy that decides otherwise returns ``None``.
+
+    Called by ``compactor report``. Stops at the first non-None result.
+    """

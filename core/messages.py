@@ -158,7 +158,7 @@ IMAGE_CHARS = 3000
 
 
 def char_count(message: Message) -> int:
-    """Characters the seed's estimate counts: content plus tool-call names and arguments."""
+    """Characters the default estimate counts: content plus tool-call names and arguments."""
     content = message.content
     if isinstance(content, str):
         n = len(content)
@@ -225,7 +225,7 @@ def _late_result(m: Message) -> Message:
 
 
 def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> tuple[list[Message], int]:
-    """Make a message list structurally valid, as the seed's ``repairOrphanedToolPairs``.
+    """Make a message list structurally valid: repair orphaned tool calls and results.
 
     The rule is local, so repairing a history piece by piece gives what repairing it whole gives:
     an assistant message's tool calls are answered by the run of tool messages right after it; a

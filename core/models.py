@@ -12,8 +12,11 @@ from typing import Any, Mapping
 
 import attrs
 
-SCHEMA_VERSION = 1
-"""Version of the CompactionRecord layout; bumped whenever a field changes meaning."""
+SCHEMA_VERSION = 2
+"""Version of the CompactionRecord layout; bumped whenever a field changes meaning.
+
+Version 2 replaced the one ``error`` string of version 1 by ``errors`` (a list of causes),
+``fallback`` and ``escalations``; version 1 records are still read (see ``docs/records.md``)."""
 
 NOT_AVAILABLE = "N/A"
 
@@ -50,7 +53,7 @@ class Message:
 
 
 class CompactionTier(enum.IntEnum):
-    """How hard a turn compresses (seed section 2.1)."""
+    """How hard a turn compresses: the higher, the more is removed from the view."""
 
     NONE = 0
     WARN = 1
@@ -64,7 +67,7 @@ class CompactionTier(enum.IntEnum):
 
 
 class AnchorType(str, enum.Enum):
-    """The five anchors every summary carries (seed section 4.3)."""
+    """The five anchors every summary carries, so that what matters can be checked by a program."""
 
     USER_INTENT = "user_intent"
     EXECUTION_PROGRESS = "execution_progress"
@@ -98,7 +101,7 @@ class Anchor:
 
 @attrs.frozen
 class OffloadEntry:
-    """A tool result moved out of the context into a file (seed section 3.3)."""
+    """A tool result moved out of the context (into a file, a database row, ...)."""
 
     tool_call_id: str
     handle: str
@@ -156,7 +159,7 @@ class SummaryResult:
 
 @attrs.frozen
 class ParsedSummary:
-    """Anchors and prose read from summary text (seed section 4.4)."""
+    """Anchors and prose read from summary text; all five anchors, missing ones ``N/A``."""
 
     anchors: tuple[Anchor, ...]
     prose: str
@@ -179,6 +182,10 @@ class TierPlan:
     summarize: int = 0
     fallback: bool = False
     rewrite: Any = None
+    offload_break_factor: float | None = None
+    """With ``offload`` and no summary: offload a result only when the tokens after it (which a
+    provider's prompt cache must then read again at full price) are at most this many times the
+    tokens it saves. ``None`` offloads every large result."""
 
 
 @attrs.frozen
@@ -195,7 +202,8 @@ class TierInput:
 
 @attrs.frozen
 class SessionState:
-    """What a session carries from turn to turn (seed section 4.6), kept behind a state store."""
+    """What a session carries from turn to turn, kept behind a state store (the history itself
+    is never changed, so the summary and what it covers live here)."""
 
     summary: str | None = None
     anchors: tuple[Anchor, ...] = ()
@@ -207,11 +215,41 @@ class SessionState:
     dropped_handles: tuple[str, ...] = ()
     """Handles of offloaded results whose placeholders were folded into the summary."""
     version: int = 0
+    """Bumped by every save; a state store saves only over the version before it."""
+
+
+@attrs.frozen
+class TurnContext:
+    """What the decision hooks (``determine_tier``, ``apply_tier``) know of the turn."""
+
+    session_id: str
+    context_window: int
+    view_tokens: int
+    """Estimated tokens of the view that would be sent without compaction this turn."""
+    view_messages: int
+    history_messages: int
+    """Messages of the caller's history (the view covers them with its compaction message)."""
+    state: SessionState
+    """The session's state as the turn found it (summary, anchors, what is covered, offloads)."""
+    forced: bool = False
+    """A manual compaction (``compact_force``): the tier is Emergency whatever the policy says."""
+
+
+@attrs.frozen
+class SessionInfo:
+    """One session a storage plugin holds, as ``list_sessions`` reports it."""
+
+    session_id: str
+    updated: float
+    """When the plugin last wrote for this session (seconds since the epoch)."""
+    plugin: str
+    where: str = ""
+    """Where it is kept, for people: a folder, a file, a table."""
 
 
 @attrs.frozen
 class CompactionRecord:
-    """One compaction, as seed section 5.1 lists it, plus the DESIGN.md additions."""
+    """What one call of the compactor did; see ``docs/records.md`` for every field."""
 
     id: str
     session_id: str
@@ -229,7 +267,12 @@ class CompactionRecord:
     compression_ratio: float = 0.0
     """Share of the view's tokens removed: ``1 - tokens_after / tokens_before``."""
     duration_ms: float = 0.0
-    error: str = ""
+    errors: tuple[str, ...] = ()
+    """Every cause of something that went wrong, one entry each (empty when all went well)."""
+    fallback: bool = False
+    """The view was made by the truncation fallback (Emergency, or a failed summary)."""
+    escalations: tuple[str, ...] = ()
+    """Why the loop guard escalated the tier, one entry per step (normal behaviour, not an error)."""
     schema_version: int = SCHEMA_VERSION
     variant: str | None = None
     requested_tier: CompactionTier | None = None

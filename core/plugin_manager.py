@@ -1,14 +1,17 @@
 """Building the plugin manager, and the typed facade the core calls hooks through.
 
 Built-in plugins are declared under the same entry-point group as third-party ones
-(``progressive_compactor``) and loaded the same way. A fresh manager is built for every compactor:
+(``progressive_compactor``) and loaded the same way. A fresh manager is built for every compactor,
+from a config that :mod:`progressive_compactor.validation` has checked:
 
-1. check the selection against config (``disable`` may not name an essential plugin);
-2. block every disabled name, so that it cannot be registered by accident;
-3. load each selected entry point (and only those: an unselected plugin is never imported),
-   structure its config block into the plugin's ``Config`` attrs class, and register it;
-4. register the essential fallback even when another fallback is selected, as a backstop;
+1. block every disabled name, so that it cannot be registered by accident;
+2. load each selected entry point (and only those: a plugin that is not selected is never
+   imported), build it with its config block, and register it;
+3. register the essential fallback even when another fallback is selected, as a backstop;
+4. register the caller's own plugin objects;
 5. ``check_pending()``, so that a misspelt hook name in a plugin fails loudly.
+
+Every plugin that fails to start is reported, not only the first.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import pluggy
 
 from . import hookspecs
 from .config import ESSENTIAL_PLUGINS, CompactorConfig
-from .converters import structure_config
+from .converters import did_you_mean, structure_config
 from .errors import ConfigError, PluginError
 from .models import (
     CompactionRecord,
@@ -31,12 +34,16 @@ from .models import (
     Message,
     OffloadEntry,
     ParsedSummary,
+    SessionInfo,
     SessionState,
     SummaryRequest,
     SummaryResult,
     TierInput,
     TierPlan,
+    TurnContext,
 )
+from .redaction import SecretRegistry
+from .storage import expand_path, resolve_data_dir
 
 log = logging.getLogger("progressive_compactor")
 GROUP = hookspecs.PROJECT
@@ -63,30 +70,45 @@ BUILTIN_PLUGINS = (
 )
 """Every plugin this distribution declares; a test checks the installed metadata says the same."""
 
+ROLE_HOOKS: dict[str, tuple[str, ...]] = {
+    "policy": ("determine_tier",),
+    "tier_warn": ("apply_tier",),
+    "tier_soft": ("apply_tier",),
+    "tier_full": ("apply_tier",),
+    "tier_emergency": ("apply_tier",),
+    "tokens": ("estimate_tokens",),
+    "offload": ("offload",),
+    "summarizer": ("summarize",),
+    "anchors": ("parse_anchors",),
+    "fallback": ("fallback_compact",),
+    "state": ("load_state", "save_state"),
+    "stores": ("persist_record",),
+}
+"""The hooks a plugin must implement to fill a role (the YAML key under ``plugins:``)."""
+TIER_ROLES = {
+    CompactionTier.WARN: "tier_warn",
+    CompactionTier.SOFT: "tier_soft",
+    CompactionTier.FULL: "tier_full",
+    CompactionTier.EMERGENCY: "tier_emergency",
+}
+
 
 @attrs.frozen
 class PluginContext:
-    """What a plugin may need from the core besides its own config block."""
+    """What a plugin may need from the core besides its own config block: the core's settings
+    (window, prices, data folder) and the secrets registry every writer redacts with."""
 
-    work_dir: str = "."
-    secrets: "SecretRegistry | None" = None
+    config: CompactorConfig = CompactorConfig()
+    secrets: SecretRegistry = attrs.field(factory=SecretRegistry)
 
+    @property
+    def data_dir(self) -> str:
+        """The folder plugins keep files in (``{data_dir}`` in their settings)."""
+        return str(resolve_data_dir(self.config.data_dir))
 
-class SecretRegistry:
-    """Values that must never be written anywhere (API keys); :meth:`redact` masks them."""
-
-    def __init__(self) -> None:
-        self._values: set[str] = set()
-
-    def add(self, value: str | None) -> None:
-        if value and len(value) >= 4:
-            self._values.add(value)
-
-    def redact(self, text: str) -> str:
-        for value in self._values:
-            if value in text:
-                text = text.replace(value, "[REDACTED]")
-        return text
+    def path(self, template: str) -> Any:
+        """A folder setting as an absolute path: ``{data_dir}`` and ``~`` expanded."""
+        return expand_path(template, self.data_dir)
 
 
 @attrs.frozen
@@ -139,24 +161,47 @@ def load_plugin_object(info: PluginInfo) -> Any:
         ) from exc
 
 
+IMPL_MARKER = f"{GROUP}_impl"
+
+
+def hooks_of(target: Any) -> list[str]:
+    """Hook names implemented by a plugin class, instance or module (read from pluggy's markers)."""
+    names = set()
+    for attr in dir(target):
+        try:
+            member = getattr(target, attr)
+        except Exception:  # noqa: BLE001 - a property that fails on a class is no hook
+            continue
+        options = getattr(member, IMPL_MARKER, None)
+        if isinstance(options, dict):
+            names.add(options.get("specname") or attr)
+    return sorted(names)
+
+
+def structure_block(name: str, target: Any, block: Mapping[str, Any]) -> Any:
+    """The plugin's ``Config`` instance from its YAML block (None for a plugin with no Config)."""
+    config_cls = getattr(target, "Config", None) if inspect.isclass(target) else None
+    if config_cls is None:
+        if block:
+            raise ConfigError([f"plugin {name!r} takes no settings; remove the block @ $.config.{name}"])
+        return None
+    return structure_config(dict(block), config_cls, path=f"$.config.{name}")
+
+
 def instantiate(name: str, target: Any, block: Mapping[str, Any], context: PluginContext) -> Any:
     """Turn an entry point's target into the object to register.
 
-    A module or an instance is registered as it is (and may have no config block). A class is
-    called with ``config`` (its ``Config`` attrs class structured from the block) and/or
-    ``context`` when its constructor takes them.
+    A module or an instance is registered as it is (and takes no config block). A class is called
+    with ``config`` (its ``Config`` attrs class structured from the block) and/or ``context`` when
+    its constructor takes them.
     """
+    config = structure_block(name, target, block)
     if not inspect.isclass(target):
-        if block:
-            raise ConfigError([f"plugin {name!r} takes no settings @ $.config.{name}"])
         return target
     kwargs: dict[str, Any] = {}
     params = inspect.signature(target).parameters
-    config_cls = getattr(target, "Config", None)
-    if config_cls is not None:
-        kwargs["config"] = structure_config(dict(block), config_cls, path=f"$.config.{name}")
-    elif block:
-        raise ConfigError([f"plugin {name!r} takes no settings @ $.config.{name}"])
+    if config is not None:
+        kwargs["config"] = config
     if "context" in params:
         kwargs["context"] = context
     try:
@@ -167,54 +212,100 @@ def instantiate(name: str, target: Any, block: Mapping[str, Any], context: Plugi
         raise PluginError(f"plugin {name!r} failed to start: {type(exc).__name__}: {exc}", name) from exc
 
 
+def plugin_problems(config: CompactorConfig, extra: Mapping[str, Any] = {}) -> list[str]:  # noqa: B006
+    """Every problem of the config's plugin selection and blocks, each with its path.
+
+    Selected plugins must be installed (or among ``extra``, the caller's own ``name -> object``),
+    fill their role (implement its hooks) and accept their block. A block for an installed plugin
+    that is not selected is kept unused (a plugin can be switched off with its settings kept); a
+    block for a name nobody knows is a typo. Only selected plugins are imported.
+    """
+    try:
+        installed = installed_plugins()
+    except PluginError as exc:
+        return [str(exc)]
+    known = sorted(set(installed) | set(extra))
+    problems: list[str] = []
+    where = {}
+    for role, name in config.plugins.roles().items():
+        where.setdefault(name, []).append(role)
+    for name in config.plugins.stores:
+        where.setdefault(name, []).append("stores")
+    for name in config.plugins.extra:
+        where.setdefault(name, []).append("extra")
+    targets: dict[str, Any] = {}
+    for name in config.plugins.names():
+        if name in extra:
+            targets[name] = extra[name]
+            continue
+        if name not in installed:
+            paths = ", ".join(f"$.plugins.{r}" for r in where.get(name, [])) or "$.plugins"
+            problems.append(
+                f"unknown plugin {name!r}{did_you_mean(name, known)} @ {paths}; installed: {', '.join(known)}"
+            )
+            continue
+        try:
+            targets[name] = load_plugin_object(installed[name])
+        except PluginError as exc:
+            problems.append(f"{exc} @ $.plugins")
+    for role, name in [*config.plugins.roles().items(), *[("stores", s) for s in config.plugins.stores]]:
+        target = targets.get(name)
+        if target is None:
+            continue
+        missing = [h for h in ROLE_HOOKS[role] if h not in hooks_of(target)]
+        if missing:
+            problems.append(
+                f"plugin {name!r} cannot fill the role {role}: it does not implement {', '.join(missing)} "
+                f"@ $.plugins.{role}"
+            )
+    for name, block in config.config.items():
+        if name in targets:
+            try:
+                structure_block(name, targets[name], block)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+        elif name not in installed and name not in extra:
+            problems.append(
+                f"settings for plugin {name!r}, which is not installed{did_you_mean(name, known)} @ $.config.{name}"
+            )
+    return problems
+
+
 def get_plugin_manager(
     config: CompactorConfig,
     *,
     extra_plugins: Sequence[tuple[str, Any]] = (),
     context: PluginContext | None = None,
 ) -> pluggy.PluginManager:
-    """A fresh plugin manager for one compactor, loaded as the module docstring says.
+    """A fresh plugin manager for one checked config, loaded as the module docstring says.
 
-    ``extra_plugins`` are ``(name, object)`` pairs registered as they are (for keyword options of
-    :class:`~progressive_compactor.ProgressiveCompactor` and for tests).
+    ``extra_plugins`` are ``(name, object)`` pairs registered as they are: keyword options of
+    :class:`~progressive_compactor.ProgressiveCompactor`, and plugins not packaged (yet). Raises
+    :class:`ConfigError` with every plugin that could not start.
     """
-    context = context or PluginContext(work_dir=config.work_dir)
+    context = context or PluginContext(config)
     pm = _PluginManager(GROUP)
     pm.add_hookspecs(hookspecs)
     for name in config.plugins.disable:
         pm.set_blocked(name)
-    wanted = config.plugins.names()
+    extra = dict(extra_plugins)
     installed = installed_plugins()
-    unknown = [n for n in wanted if n not in installed]
-    if unknown:
-        problems = []
-        by_role = {v: k for k, v in config.plugins.roles().items()}
-        for name in unknown:
-            where = by_role.get(name)
-            path = f"$.plugins.{where}" if where else "$.plugins"
-            problems.append(
-                f"unknown plugin {name!r} @ {path}; installed: {', '.join(sorted(installed))}"
-            )
-        raise ConfigError(problems)
-    # A block for an installed plugin that is not selected waits unused (the bundled default keeps
-    # store-jsonl's block when an override says `stores: []`); a block naming no installed plugin
-    # is a typo.
-    stray = set(config.config) - set(installed)
-    if stray:
-        raise ConfigError(
-            [
-                f"settings for plugin {n!r}, which is not installed @ $.config.{n}; "
-                f"installed: {', '.join(sorted(installed))}"
-                for n in sorted(stray)
-            ]
-        )
-    for name in wanted:
-        target = load_plugin_object(installed[name])
-        pm.register(instantiate(name, target, config.plugin_block(name), context), name=name)
-    for name in ESSENTIAL_PLUGINS:
-        if pm.get_plugin(name) is None:
+    problems: list[str] = []
+    names = [n for n in config.plugins.names() if n not in extra]
+    names += [n for n in ESSENTIAL_PLUGINS if n not in names]
+    for name in names:
+        try:
             target = load_plugin_object(installed[name])
             pm.register(instantiate(name, target, config.plugin_block(name), context), name=name)
+        except KeyError:
+            problems.append(f"unknown plugin {name!r} @ $.plugins")
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        except PluginError as exc:
+            problems.append(f"{exc} @ $.config.{name}")
+    if problems:
+        _close_all(pm)
+        raise ConfigError(problems)
     for name, obj in extra_plugins:
         pm.register(obj, name=name)
     try:
@@ -222,6 +313,13 @@ def get_plugin_manager(
     except pluggy.PluginValidationError as exc:
         raise PluginError(f"plugin {exc.plugin!r} implements an unknown hook: {exc}") from exc
     return pm
+
+
+def _close_all(pm: pluggy.PluginManager) -> None:
+    for _, plugin in pm.list_name_plugin():
+        closer = getattr(plugin, "close", None)
+        if callable(closer):
+            closer()
 
 
 class _PluginManager(pluggy.PluginManager):
@@ -241,18 +339,24 @@ class _PluginManager(pluggy.PluginManager):
 _HOT_HOOKS = ("estimate_tokens", "determine_tier", "load_state", "persist_record")
 """Hooks called on every turn. Without hook wrappers, they are called straight from a cached list
 of implementations: pluggy's general machinery costs more than a turn without compaction."""
+_Impl = tuple[Callable[..., Any], tuple[str, ...], str]
 
 
 class Hooks:
-    """Typed facade over the plugin manager: the core never calls ``pm.hook.x`` directly."""
+    """Typed facade over the plugin manager: the core never calls ``pm.hook.x`` directly.
 
-    def __init__(self, pm: pluggy.PluginManager):
+    ``tier_plugins`` maps each tier to the plugin name the config selects for it (``none``: the
+    tier does nothing); ``apply_tier`` is called on that plugin only.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager, tier_plugins: Mapping[CompactionTier, str] | None = None):
         self.pm = pm
         self._h = pm.hook
         self._generation = -1
-        self._direct: dict[str, list[tuple[Callable[..., Any], tuple[str, ...], str]] | None] = {}
+        self._direct: dict[str, list[_Impl] | None] = {}
+        self.tier_plugins = dict(tier_plugins or {})
 
-    def _impls(self, hook: str) -> list[tuple[Callable[..., Any], tuple[str, ...], str]] | None:
+    def _impls(self, hook: str) -> list[_Impl] | None:
         """Implementations of a hot hook in call order, or None when a wrapper needs pluggy."""
         generation = getattr(self.pm, "generation", 0)
         if generation != self._generation:
@@ -263,9 +367,7 @@ class Hooks:
                 if any(i.hookwrapper or getattr(i, "wrapper", False) for i in impls):
                     self._direct[name] = None
                 else:
-                    self._direct[name] = [
-                        (i.function, tuple(i.argnames), i.plugin_name) for i in reversed(impls)
-                    ]
+                    self._direct[name] = [(i.function, tuple(i.argnames), i.plugin_name) for i in reversed(impls)]
         return self._direct[hook]
 
     def _first(self, hook: str, **kwargs: Any) -> Any:
@@ -284,38 +386,64 @@ class Hooks:
             raise PluginError("no token estimator answered with one count per message")
         return list(counts)
 
-    def determine_tier(self, ratio: float, tokens: int, context_window: int) -> CompactionTier:
-        tier = self._first("determine_tier", ratio=ratio, tokens=tokens, context_window=context_window)
+    def determine_tier(self, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier:
+        ratio = tokens / context_window if context_window > 0 else 0.0
+        tier = self._first("determine_tier", ratio=ratio, tokens=tokens, context_window=context_window, turn=turn)
         return CompactionTier.NONE if tier is None else CompactionTier(tier)
 
-    def apply_tier(self, tier_input: TierInput) -> TierPlan | None:
-        return self._h.apply_tier(tier_input=tier_input)
+    def apply_tier(self, tier_input: TierInput, turn: TurnContext) -> TierPlan | None:
+        """The plan of the plugin selected for the tier's role (None: that role is ``none``)."""
+        name = self.tier_plugins.get(tier_input.tier)
+        if not name or name == "none":
+            return None
+        for impl in self._h.apply_tier.get_hookimpls():
+            if impl.plugin_name == name:
+                kwargs = {"tier_input": tier_input, "turn": turn}
+                result: TierPlan | None = impl.function(*[kwargs[a] for a in impl.argnames])
+                return result
+        raise PluginError(f"plugin {name!r}, selected for {TIER_ROLES[tier_input.tier]}, does not implement apply_tier", name)
 
     def offload(self, message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
-        return self._h.offload(message=message, session_id=session_id, threshold=threshold)
+        result: OffloadEntry | None = self._h.offload(message=message, session_id=session_id, threshold=threshold)
+        return result
 
     def read_offloaded(self, handle: str) -> str | None:
-        return self._h.read_offloaded(handle=handle)
+        result: str | None = self._h.read_offloaded(handle=handle)
+        return result
 
     def summarize(self, request: SummaryRequest) -> SummaryResult | None:
-        return self._h.summarize(request=request)
+        result: SummaryResult | None = self._h.summarize(request=request)
+        return result
 
     def asummarize(self, request: SummaryRequest) -> Awaitable[SummaryResult] | None:
-        return self._h.asummarize(request=request)
+        result: Awaitable[SummaryResult] | None = self._h.asummarize(request=request)
+        return result
 
     def parse_anchors(self, text: str) -> ParsedSummary | None:
-        return self._h.parse_anchors(text=text)
+        result: ParsedSummary | None = self._h.parse_anchors(text=text)
+        return result
 
     def fallback_compact(self, messages: Sequence[Message], pinned: int, budget: int) -> list[Message] | None:
-        return self._h.fallback_compact(
+        result: list[Message] | None = self._h.fallback_compact(
             messages=messages, pinned=pinned, budget=budget, estimate=self.estimate_tokens
         )
+        return result
 
     def load_state(self, session_id: str) -> SessionState | None:
-        return self._first("load_state", session_id=session_id)
+        result: SessionState | None = self._first("load_state", session_id=session_id)
+        return result
 
     def save_state(self, session_id: str, state: SessionState) -> bool | None:
-        return self._h.save_state(session_id=session_id, state=state)
+        result: bool | None = self._h.save_state(session_id=session_id, state=state)
+        return result
+
+    def read_records(self, session_id: str) -> list[CompactionRecord] | None:
+        result = self._h.read_records(session_id=session_id)
+        return None if result is None else list(result)
+
+    def tier_thresholds(self) -> dict[str, float] | None:
+        result = self._h.tier_thresholds()
+        return None if result is None else dict(result)
 
     # Broadcast hooks: every implementation is called, one failure does not stop the others.
 
@@ -329,6 +457,10 @@ class Hooks:
     def persist_record(self, record: CompactionRecord) -> list[str]:
         return self._broadcast("persist_record", record=record)[1]
 
+    def list_sessions(self) -> tuple[list[SessionInfo], list[str]]:
+        results, errors = self._broadcast("list_sessions")
+        return [info for found in results if found for info in found], errors
+
     def on_delete_session(self, session_id: str) -> list[str]:
         return self._broadcast("on_delete_session", session_id=session_id)[1]
 
@@ -338,14 +470,14 @@ class Hooks:
         impls = self._impls(hook) if hook in _HOT_HOOKS else None
         if impls is None:
             impls = [
-                (i.function, i.argnames, i.plugin_name)
+                (i.function, tuple(i.argnames), i.plugin_name)
                 for i in reversed(getattr(self._h, hook).get_hookimpls())
                 if not (i.hookwrapper or getattr(i, "wrapper", False))
             ]
         for function, argnames, name in impls:
             try:
                 results.append(function(*[kwargs[a] for a in argnames]))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - fail-open: log, note, go on
                 log.warning("%s of plugin %s failed: %s: %s", hook, name, type(exc).__name__, exc)
                 errors.append(f"{name}: {type(exc).__name__}: {exc}")
         return results, errors
@@ -353,4 +485,5 @@ class Hooks:
     def implementers(self, hook: str) -> list[str]:
         return [impl.plugin_name for impl in getattr(self._h, hook).get_hookimpls()]
 
-
+    def close(self) -> None:
+        _close_all(self.pm)

@@ -1,7 +1,8 @@
 """Billed cost of an agent's LLM calls: a price table and the arithmetic.
 
-A compaction policy is judged on what the provider bills, not only on how small the view is
-(DESIGN.md, prompt-cache awareness). Every simulated LLM call is billed as::
+A compaction policy is judged on what the provider bills, not only on how small the view is: every
+change to an earlier message makes a provider with a prompt cache re-read everything after it at
+full price. Every LLM call is billed as::
 
     (view_tokens - cached_tokens) × input
     + cached_tokens × cached_input
@@ -16,7 +17,7 @@ plain input (OpenAI's rule; Anthropic bills them at 1.25 × input, set ``cache_w
 Defaults (``DEFAULT_PRICES``): input 3.00, cached input 0.30, output 15.00, and the summarizer
 billed at the same 3.00 / 15.00, as when the agent's own model writes the summary (what Claude
 Code and Goose do). These are the list prices of a mid-size frontier model in 2025; override them
-in the ``pricing`` section of the YAML config::
+in the ``pricing`` section of the YAML config (it is also what cost-aware policies decide with)::
 
     pricing: {input: 2.5, cached_input: 1.25, output: 10.0, summarizer_input: 0.15, summarizer_output: 0.6}
 """
@@ -27,22 +28,24 @@ from typing import Any, Mapping
 
 import attrs
 
-from .converters import structure_config
-from .errors import ConfigError
-
 PER = 1_000_000
+
+
+def _not_negative(instance: Any, attribute: Any, value: float | None) -> None:
+    if value is not None and not value >= 0:
+        raise ValueError(f"a price must be 0 or more (US dollars per million tokens), got {value}")
 
 
 @attrs.frozen
 class PriceTable:
     """US dollars per million tokens."""
 
-    input: float = 3.00
-    cached_input: float = 0.30
-    output: float = 15.00
-    summarizer_input: float = 3.00
-    summarizer_output: float = 15.00
-    cache_write: float | None = None
+    input: float = attrs.field(default=3.00, validator=_not_negative)
+    cached_input: float = attrs.field(default=0.30, validator=_not_negative)
+    output: float = attrs.field(default=15.00, validator=_not_negative)
+    summarizer_input: float = attrs.field(default=3.00, validator=_not_negative)
+    summarizer_output: float = attrs.field(default=15.00, validator=_not_negative)
+    cache_write: float | None = attrs.field(default=None, validator=_not_negative)
     """Price of the uncached part of a view when it differs from ``input`` (Anthropic: 1.25 ×)."""
 
 
@@ -101,21 +104,9 @@ def call_cost(
 
 def prices_from_mapping(data: Mapping[str, Any] | None, path: str = "$.pricing") -> PriceTable:
     """A price table from a YAML mapping; unknown keys and negative prices are rejected."""
-    table = structure_config(dict(data or {}), PriceTable, path=path)
-    problems = [
-        f"price must not be negative, got {getattr(table, f.name)} @ {path}.{f.name}"
-        for f in attrs.fields(PriceTable)
-        if getattr(table, f.name) is not None and getattr(table, f.name) < 0
-    ]
-    if problems:
-        raise ConfigError(problems)
-    return table
+    from .converters import structure_config
+
+    return structure_config(dict(data or {}), PriceTable, path=path)
 
 
-def prices_from_config(config: Any) -> PriceTable:
-    """The config's ``pricing`` section, or :data:`DEFAULT_PRICES` when it has none."""
-    data = getattr(config, "pricing", None)
-    return prices_from_mapping(data) if data else DEFAULT_PRICES
-
-
-__all__ = ["Cost", "DEFAULT_PRICES", "PriceTable", "call_cost", "prices_from_config", "prices_from_mapping"]
+__all__ = ["Cost", "DEFAULT_PRICES", "PriceTable", "call_cost", "prices_from_mapping"]

@@ -1,4 +1,7 @@
-"""The non-destructive engine of seed section 8: a full history, and a compacted view per turn.
+"""A session: the full history an agent keeps, and the compacted view it sends each turn.
+
+The history is never changed by compaction (it is what the agent would store); the view is
+derived from it on every turn.
 
 ```python
 session = Session(ProgressiveCompactor("default"), "ticket-42")
@@ -34,8 +37,8 @@ class _SessionBase:
         self.append(*messages)
 
     def add_tool_result(self, tool_call_id: str, content: str, **extra: Any) -> dict[str, Any]:
-        """Append a tool result, offloading it first when it is over ``tool_result_threshold``
-        (seed 3.4, OffloadHook): an oversized result never enters the history."""
+        """Append a tool result, offloading it first when it is over ``tool_result_threshold``:
+        an oversized result never enters the history, only its placeholder and handle do."""
         message = {"role": "tool", "tool_call_id": tool_call_id, "content": content, **extra}
         message = self.compactor.offload_tool_result(message, self.session_id)
         self.append(message)
@@ -46,7 +49,7 @@ class _SessionBase:
         return self.records[-1] if self.records else None
 
     def delete(self) -> list[str]:
-        """Delete the session everywhere (seed 5.5 cascade); returns the errors, if any."""
+        """Delete the session everywhere (offloads, records, state); returns the errors, if any."""
         self.history.clear()
         self.records.clear()
         return self.compactor.delete_session(self.session_id)

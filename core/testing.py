@@ -5,8 +5,8 @@ A plugin author's ``conftest.py`` needs one line::
     pytest_plugins = ["progressive_compactor.testing"]
 
 and then gets the ``compactor_factory`` fixture, which builds a compactor whose files (offloaded
-tool results, JSONL records, session state) all live in the test's ``tmp_path``, never in the home
-directory::
+tool results, JSONL records, session state) all live in the test's ``tmp_path`` (its
+``data_dir``), never in the home directory::
 
     def test_my_summarizer_is_used(compactor_factory):
         compactor = compactor_factory(plugins={"summarizer": "my-summarizer"}, context_window=4000)
@@ -29,57 +29,40 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import pytest
 
 from .compactor import ProgressiveCompactor
-from .config import CompactorConfig, config_from_dict, config_to_dict, deep_merge, load_config
+from .config import CompactorConfig, config_to_dict, deep_merge
 from .errors import SummarizerError
 from .hookspecs import hookimpl
 from .messages import char_count, message_from_dict, view_problems
 from .models import CompactionRecord, Message, SummaryRequest, SummaryResult
+from .redaction import SecretRegistry
+from .validation import config_from_dict, load_config
 
 KEYWORD_OPTIONS = ("todo_injector", "memory_extractor", "record_store", "offloader")
 """Keyword options of :class:`ProgressiveCompactor` that are objects, not config overrides."""
 
-_FILE_BLOCKS = {
-    "offload-files": ("root", "tool_results"),
-    "store-jsonl": ("directory", "records"),
-    "state-files": ("directory", "state"),
-}
-"""Built-in plugins that write files: the setting that says where, and the folder used in tests."""
-
-
-def tmp_overrides(tmp_path: str | os.PathLike[str], selected: Iterable[str]) -> dict[str, Any]:
-    """Config overrides that point every file-writing built-in among ``selected`` into ``tmp_path``.
-
-    Only selected plugins get a block: the core rejects settings for a plugin that is not loaded.
-    """
-    root = Path(tmp_path)
-    blocks = {
-        name: {key: str(root / folder)}
-        for name, (key, folder) in _FILE_BLOCKS.items()
-        if name in set(selected)
-    }
-    return {"work_dir": str(root), "config": blocks}
-
 
 def make_config(
-    tmp_path: str | os.PathLike[str], config: CompactorConfig | str | None = "default", /, **overrides: Any
+    tmp_path: str | os.PathLike[str], config: CompactorConfig | str | Mapping[str, Any] | None = "default", **overrides: Any
 ) -> CompactorConfig:
-    """A config with ``overrides`` applied whose files all live under ``tmp_path``.
+    """A checked config with ``overrides`` applied whose files all live under ``tmp_path``.
 
-    The test's own overrides win over the temporary folders, so a test may still point one plugin
-    somewhere else on purpose.
+    ``config`` is the config to start from (a bundled name, a path or a ``CompactorConfig``); a
+    mapping there is taken as the ``config:`` section of plugin blocks over the default config.
+    ``data_dir`` is set to ``tmp_path``; a test's own ``data_dir`` or folder settings still win.
+    Plugin objects the config selects by name go in ``extra_plugins`` (a mapping).
     """
+    if isinstance(config, Mapping):
+        config, overrides = "default", {**overrides, "config": dict(config)}
+    extra = overrides.pop("extra_plugins", None)
+    overrides = deep_merge({"data_dir": str(tmp_path)}, overrides)
     if isinstance(config, CompactorConfig):
-        base = config_to_dict(config)
-        probe = config_from_dict(deep_merge(base, overrides))
-        return config_from_dict(deep_merge(deep_merge(base, tmp_overrides(tmp_path, probe.plugins.names())), overrides))
-    probe = load_config(config, **overrides)
-    return load_config(config, **deep_merge(tmp_overrides(tmp_path, probe.plugins.names()), overrides))
+        return config_from_dict(deep_merge(config_to_dict(config), overrides), extra_plugins=extra)
+    return load_config(config, extra_plugins=extra, **overrides)
 
 
 def make_compactor(
     tmp_path: str | os.PathLike[str],
-    config: CompactorConfig | str | None = "default",
-    /,
+    config: CompactorConfig | str | Mapping[str, Any] | None = "default",
     *,
     extra_plugins: Sequence[tuple[str, Any]] = (),
     session_id: str = "test-session",
@@ -90,10 +73,11 @@ def make_compactor(
     ``overrides`` are top-level config keys (``context_window=8000``, ``plugins={...}``,
     ``config={"offload-files": {...}}``) and the compactor's keyword options (``todo_injector``,
     ``memory_extractor``, ``record_store``, ``offloader``). ``extra_plugins`` are ``(name, object)``
-    pairs registered as they are: the way to try a plugin class before it is packaged.
+    pairs registered as they are: the way to try a plugin class before it is packaged (the config
+    may select one by its name, e.g. ``plugins={"summarizer": "mine"}``).
     """
     options = {k: overrides.pop(k) for k in KEYWORD_OPTIONS if k in overrides}
-    cfg = make_config(tmp_path, config, **overrides)
+    cfg = make_config(tmp_path, config, extra_plugins=dict(extra_plugins), **overrides)
     return ProgressiveCompactor(cfg, session_id=session_id, extra_plugins=extra_plugins, **options)
 
 
@@ -105,7 +89,7 @@ def compactor_factory(tmp_path: Path) -> Iterator[Callable[..., ProgressiveCompa
     """
     built: list[ProgressiveCompactor] = []
 
-    def factory(config: CompactorConfig | str | None = "default", /, **overrides: Any) -> ProgressiveCompactor:
+    def factory(config: CompactorConfig | str | Mapping[str, Any] | None = "default", **overrides: Any) -> ProgressiveCompactor:
         compactor = make_compactor(tmp_path, config, **overrides)
         built.append(compactor)
         return compactor
@@ -235,6 +219,7 @@ def problems(view: Sequence[Mapping[str, Any]]) -> list[str]:
 
 __all__ = [
     "ListStore",
+    "SecretRegistry",
     "RecordingSummarizer",
     "build_history",
     "compactor_factory",

@@ -1,10 +1,8 @@
-"""``anchors-markdown``: reads the five anchors from ``## Title`` sections (seed 4.4)."""
+"""``anchors-markdown``: reads the five anchors from ``## Title`` sections of summary text."""
 
 from __future__ import annotations
 
-from progressive_compactor.anchors import parse_markdown
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.models import ParsedSummary
+from progressive_compactor.plugin import ParsedSummary, hookimpl, parse_markdown
 
 
 class MarkdownAnchors:

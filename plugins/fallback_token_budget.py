@@ -1,4 +1,4 @@
-"""``fallback-token-budget``: truncation to a token budget, no LLM call (seed 6.2).
+"""``fallback-token-budget``: truncation to a token budget, no LLM call.
 
 Keeps the pinned messages (system and compaction message), then whole groups (a message with the
 tool results that answer it) from the newest back while they fit. When not even the newest group
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.messages import is_split_point, replace_content, text_of
-from progressive_compactor.models import Message
+from progressive_compactor.plugin import Message, hookimpl, is_split_point, replace_content, text_of
 
 Estimate = Callable[[Sequence[Message]], list[int]]
 MARKER = "\n[... truncated to fit the context window ...]\n"

@@ -7,16 +7,14 @@ The baselines of the replay benchmark are this policy with different tiers:
 - ``tier: full`` at 0.80 summarizes the whole head and keeps the tail (one threshold, as Claude
   Code and Goose compact);
 - ``tier: warn`` at 0.0 runs the Warn tier on every turn (observation masking, with
-  ``tier-observation-masking``).
+  ``tier-observation-masking`` selected for ``tier_warn``).
 """
 
 from __future__ import annotations
 
 import attrs
 
-from progressive_compactor.errors import ConfigError
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.models import CompactionTier
+from progressive_compactor.plugin import CompactionTier, ConfigError, hookimpl
 
 _TIERS = {t.name.lower(): t for t in CompactionTier}
 
@@ -25,7 +23,7 @@ class SingleThresholdPolicy:
     @attrs.frozen
     class Config:
         threshold: float = 0.80
-        """Share of the context window at which ``tier`` applies."""
+        """Share of the context window (0 to 1) at which ``tier`` applies."""
         tier: str = "full"
         """``none``, ``warn``, ``soft``, ``full`` or ``emergency``."""
 
@@ -37,12 +35,20 @@ class SingleThresholdPolicy:
                 f"unknown tier {self.config.tier!r}; use one of {', '.join(_TIERS)} "
                 "@ $.config.policy-single-threshold.tier"
             )
-        if self.config.threshold < 0:
-            problems.append("threshold must be 0 or more @ $.config.policy-single-threshold.threshold")
+        if not 0 <= self.config.threshold <= 1:
+            hint = f"; did you mean {self.config.threshold / 100:g}?" if self.config.threshold > 1 else ""
+            problems.append(
+                f"threshold is a share of the window between 0 and 1, got {self.config.threshold}{hint} "
+                "@ $.config.policy-single-threshold.threshold"
+            )
         if problems:
             raise ConfigError(problems)
         self.tier = _TIERS[self.config.tier]
 
     @hookimpl(trylast=True)
-    def determine_tier(self, ratio: float, tokens: int, context_window: int) -> CompactionTier:
+    def determine_tier(self, ratio: float) -> CompactionTier:
         return self.tier if ratio >= self.config.threshold else CompactionTier.NONE
+
+    @hookimpl(trylast=True)
+    def tier_thresholds(self) -> dict[str, float]:
+        return {} if self.tier is CompactionTier.NONE else {self.config.tier: self.config.threshold}

@@ -4,7 +4,7 @@
 prompt as the top-level ``system`` field. The reply's text blocks are the summary,
 ``stop_reason == "max_tokens"`` means it was cut off, and ``usage.input_tokens`` (plus cache reads
 and writes) / ``usage.output_tokens`` go into the record. Transport, retries and the checks of
-the reply are shared with ``summarize-openai`` (:mod:`progressive_compactor.http_summarizer`).
+the reply are shared with ``summarize-openai`` (:mod:`progressive_compactor.http`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,8 @@ from typing import Any
 
 import attrs
 
-from progressive_compactor.errors import SummarizerError
-from progressive_compactor.http_summarizer import (
-    HttpSummarizer,
-    HttpSummarizerConfig,
-    Reply,
-    as_int,
-    dig,
-    require,
-)
-from progressive_compactor.prompt import Prompt
+from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
+from progressive_compactor.plugin import SummarizerError
 
 
 class AnthropicSummarizer(HttpSummarizer):

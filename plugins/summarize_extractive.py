@@ -13,11 +13,20 @@ from typing import Sequence
 
 import attrs
 
-from progressive_compactor.anchors import facts_as_anchors, format_summary, merge_anchors
-from progressive_compactor.facts import bound_text, first_user_request
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.messages import text_of
-from progressive_compactor.models import Anchor, AnchorType, Message, SummaryRequest, SummaryResult
+from progressive_compactor.plugin import (
+    Anchor,
+    AnchorType,
+    Message,
+    SummaryRequest,
+    SummaryResult,
+    bound_text,
+    facts_as_anchors,
+    first_user_request,
+    format_summary,
+    hookimpl,
+    merge_anchors,
+    text_of,
+)
 
 
 def _one_line(text: str, limit: int) -> str:

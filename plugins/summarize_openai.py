@@ -5,7 +5,7 @@ proxies. The request is ``POST {base_url}/chat/completions`` with a system and a
 the reply's ``choices[0].message.content`` is the summary, ``finish_reason == "length"`` means it
 was cut off, and ``usage.prompt_tokens`` / ``usage.completion_tokens`` go into the record.
 Transport, retries and the checks of the reply are shared with ``summarize-anthropic``
-(:mod:`progressive_compactor.http_summarizer`).
+(:mod:`progressive_compactor.http`).
 """
 
 from __future__ import annotations
@@ -14,16 +14,8 @@ from typing import Any
 
 import attrs
 
-from progressive_compactor.errors import SummarizerError
-from progressive_compactor.http_summarizer import (
-    HttpSummarizer,
-    HttpSummarizerConfig,
-    Reply,
-    as_int,
-    dig,
-    require,
-)
-from progressive_compactor.prompt import Prompt
+from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
+from progressive_compactor.plugin import SummarizerError
 
 
 class OpenAISummarizer(HttpSummarizer):

@@ -1,14 +1,11 @@
-"""``tier-full``: offload and summarize the whole head (seed 2.3, TierFull)."""
+"""``tier-full``: offload, then summarize the whole head; only the protected tail stays."""
 
 from __future__ import annotations
 
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.models import CompactionTier, TierInput, TierPlan
+from progressive_compactor.plugin import TierInput, TierPlan, hookimpl
 
 
 class FullTier:
     @hookimpl(trylast=True)
-    def apply_tier(self, tier_input: TierInput) -> TierPlan | None:
-        if tier_input.tier is not CompactionTier.FULL:
-            return None
+    def apply_tier(self, tier_input: TierInput) -> TierPlan:
         return TierPlan(offload=True, summarize=len(tier_input.head))

@@ -3,9 +3,9 @@
 The observation-masking baseline of "The Complexity Trap" (Lindenbauer et al., arXiv 2508.21433):
 no summaries and no offloading; the agent keeps its own reasoning and actions, and only the
 ``keep_recent`` newest tool results (observations) keep their text. Masked text is gone: the
-placeholder names no handle. A result shorter than its placeholder is left as it is. It answers the Warn tier, which ``policy-single-threshold`` with
-``threshold: 0.0, tier: warn`` selects on every turn; the rewrite is recomputed each turn from the
-history, so nothing of it is stored.
+placeholder names no handle. A result shorter than its placeholder is left as it is. Select it for
+the tier ``policy-single-threshold`` chooses (``threshold: 0.0, tier: warn`` runs it on every
+turn); the rewrite is recomputed each turn from the history, so nothing of it is stored.
 """
 
 from __future__ import annotations
@@ -14,24 +14,20 @@ from typing import Sequence
 
 import attrs
 
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.messages import replace_content, text_of
-from progressive_compactor.models import CompactionTier, Message, TierInput, TierPlan
+from progressive_compactor.plugin import Message, TierInput, TierPlan, hookimpl, replace_content, setting_check, text_of
 
 
 class ObservationMaskingTier:
     @attrs.frozen
     class Config:
-        keep_recent: int = 10
+        keep_recent: int = attrs.field(
+            default=10, validator=setting_check(lambda v: v >= 0, "keep_recent must be 0 or more, got {value}")
+        )
         placeholder: str = "[Old tool output omitted for brevity: {lines} lines]"
         """``{lines}`` and ``{chars}`` are replaced by the size of the masked output."""
 
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
-        if self.config.keep_recent < 0:
-            from progressive_compactor.errors import ConfigError
-
-            raise ConfigError(["keep_recent must be 0 or more @ $.config.tier-observation-masking.keep_recent"])
 
     def mask(self, messages: Sequence[Message]) -> list[Message]:
         """``messages`` with every tool result but the ``keep_recent`` newest masked."""
@@ -49,7 +45,5 @@ class ObservationMaskingTier:
         return out
 
     @hookimpl(trylast=True)
-    def apply_tier(self, tier_input: TierInput) -> TierPlan | None:
-        if tier_input.tier is not CompactionTier.WARN:
-            return None
+    def apply_tier(self, tier_input: TierInput) -> TierPlan:
         return TierPlan(rewrite=self.mask)

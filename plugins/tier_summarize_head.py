@@ -1,4 +1,4 @@
-"""``tier-summarize-head``: summarize the whole head at Full, without offloading first.
+"""``tier-summarize-head``: summarize the whole head, without offloading first.
 
 The one-threshold baseline (what Claude Code's auto-compact and Goose do): when the view crosses
 the threshold, everything before the protected tail goes to the summarizer as it is, large tool
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import attrs
 
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.models import CompactionTier, TierInput, TierPlan
+from progressive_compactor.plugin import TierInput, TierPlan, hookimpl
 
 
 class SummarizeHeadTier:
@@ -23,7 +22,5 @@ class SummarizeHeadTier:
         self.config = config or self.Config()
 
     @hookimpl(trylast=True)
-    def apply_tier(self, tier_input: TierInput) -> TierPlan | None:
-        if tier_input.tier is not CompactionTier.FULL:
-            return None
+    def apply_tier(self, tier_input: TierInput) -> TierPlan:
         return TierPlan(offload=self.config.offload, summarize=len(tier_input.head))

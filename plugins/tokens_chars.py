@@ -1,4 +1,8 @@
-"""``tokens-chars``: the seed's token estimate, characters ÷ 4 (seed section 2.2)."""
+"""``tokens-chars``: the token estimate from characters, 4 to a token by default.
+
+Characters ÷ 4 is the usual approximation for English text and code (about ±10 %); it counts
+message content, tool-call names and arguments, and an image part as a fixed size.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +10,22 @@ from typing import Sequence
 
 import attrs
 
-from progressive_compactor.hookspecs import hookimpl
-from progressive_compactor.messages import char_count
-from progressive_compactor.models import Message
-
-MESSAGE_OVERHEAD = 0
-"""Tokens added per message for role and separators; 0 keeps the seed's plain characters ÷ 4."""
+from progressive_compactor.plugin import Message, char_count, hookimpl, setting_check
 
 
 class CharTokens:
     @attrs.frozen
     class Config:
-        chars_per_token: float = 4.0
-        message_overhead: int = MESSAGE_OVERHEAD
+        chars_per_token: float = attrs.field(
+            default=4.0, validator=setting_check(lambda v: v > 0, "chars_per_token must be more than 0, got {value}")
+        )
+        message_overhead: int = attrs.field(
+            default=0, validator=setting_check(lambda v: v >= 0, "message_overhead must be 0 or more, got {value}")
+        )
+        """Tokens added per message for role and separators; 0 counts characters alone."""
 
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
-        if self.config.chars_per_token <= 0:
-            from progressive_compactor.errors import ConfigError
-
-            raise ConfigError(["chars_per_token must be positive @ $.config.tokens-chars.chars_per_token"])
 
     @hookimpl(trylast=True)
     def estimate_tokens(self, messages: Sequence[Message]) -> list[int]:

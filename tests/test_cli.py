@@ -20,14 +20,16 @@ import pytest
 from click.testing import CliRunner
 
 from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_jsonl
-from progressive_compactor import cli as cli_mod
-from progressive_compactor.cli import main, parse_duration, parse_line_range
+from progressive_compactor.cli import app as cli_mod
+from progressive_compactor.cli.app import cli as main
+from progressive_compactor.cli.gc import parse_duration
+from progressive_compactor.cli.records import parse_line_range
 from progressive_compactor.messages import messages_from_dicts, view_problems
 from progressive_compactor.models import Anchor, AnchorType, CompactionRecord, CompactionTier, OffloadEntry
-from progressive_compactor.notification import notification
+from progressive_compactor.notice import notice as notification
 from progressive_compactor.plugin_manager import BUILTIN_PLUGINS, PluginInfo
-from progressive_compactor.plugins.store_jsonl import read_records
-from progressive_compactor.report import changed_view
+from progressive_compactor.converters import read_records_file as read_records
+from progressive_compactor.lab.report import changed_view
 
 
 def runner() -> CliRunner:
@@ -292,7 +294,7 @@ class _Tty(io.StringIO):
 
 @pytest.mark.parametrize("tty, no_color, coloured", [(True, False, True), (True, True, False), (False, False, False)])
 def test_colour_follows_no_color_and_tty(monkeypatch: pytest.MonkeyPatch, tty: bool, no_color: bool, coloured: bool) -> None:
-    from progressive_compactor.cli_render import make_console
+    from progressive_compactor.cli.render import make_console
 
     monkeypatch.setenv("FORCE_COLOR", "1")  # must not colour a pipe
     if no_color:

@@ -8,7 +8,8 @@ from importlib import resources
 import pytest
 
 from progressive_compactor import CompactorConfig, ConfigError, PluginSelection, ProgressiveCompactor, load_config
-from progressive_compactor.config import BUNDLED, config_from_dict, config_to_dict, deep_merge
+from progressive_compactor.config import BUNDLED, config_to_dict, deep_merge
+from progressive_compactor.validation import config_from_dict
 from progressive_compactor.plugins.offload_files import FileOffloader
 from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from progressive_compactor import CompactionRecord, CompactionTier, ConfigError, load_config
-from progressive_compactor.experiment import (
+from progressive_compactor.lab.experiment import (
     ExperimentCompactor,
     assign_variant,
     bootstrap_ci,
@@ -25,7 +25,7 @@ from progressive_compactor.experiment import (
     paired_difference,
     unpaired_difference,
 )
-from progressive_compactor.plugins.store_jsonl import read_records
+from progressive_compactor.converters import read_records_file as read_records
 from progressive_compactor.testing import build_history
 
 WEIGHTS = [("a", 0.2), ("b", 0.3), ("c", 0.5)]
@@ -43,7 +43,7 @@ def test_same_session_same_variant_in_another_process():
     ids = ["alpha", "beta", "gamma", "delta", "épsilon", "session/7"]
     here = [assign_variant(s, WEIGHTS, "x") for s in ids]
     code = (
-        "import json, sys; from progressive_compactor.experiment import assign_variant; "
+        "import json, sys; from progressive_compactor.lab.experiment import assign_variant; "
         f"print(json.dumps([assign_variant(s, {WEIGHTS!r}, 'x') for s in {ids!r}]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123", "PATH": ""})
@@ -222,7 +222,7 @@ def test_metrics_from_records():
 
 
 def test_ab_replay_then_ab_report(tmp_path):
-    from progressive_compactor.cli import main
+    from progressive_compactor.cli.app import cli as main
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

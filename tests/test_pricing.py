@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from progressive_compactor import ConfigError, load_config
-from progressive_compactor.pricing import DEFAULT_PRICES, Cost, PriceTable, call_cost, prices_from_config, prices_from_mapping
+from progressive_compactor.pricing import DEFAULT_PRICES, Cost, PriceTable, call_cost, prices_from_mapping
 
 PRICES = PriceTable(input=3.0, cached_input=0.3, output=15.0, summarizer_input=1.0, summarizer_output=5.0)
 

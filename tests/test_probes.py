@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from progressive_compactor.probes import CATEGORIES, build_probes, check_probes, key_sentences, named_handles
+from progressive_compactor.lab.probes import CATEGORIES, build_probes, check_probes, key_sentences, named_handles
 
 
 def call(call_id: str, name: str, **arguments: str) -> dict:

@@ -11,8 +11,11 @@ import pytest
 
 from progressive_compactor import CompactionRecord, CompactionTier, hookimpl
 from progressive_compactor.converters import record_from_dict, record_to_dict, record_to_json
-from progressive_compactor.notification import human_bytes, human_tokens, notification
-from progressive_compactor.plugins.store_jsonl import JsonlStore, append_line, read_records
+from progressive_compactor.notice import human_bytes, human_tokens
+from progressive_compactor.notice import notice as notification
+from progressive_compactor.converters import read_records_file as read_records
+from progressive_compactor.plugins.store_jsonl import JsonlStore
+from progressive_compactor.storage import append_line
 from progressive_compactor.testing import ListStore, build_history, window_for
 
 SEED_FIELDS = (

@@ -6,7 +6,7 @@ import pytest
 
 from progressive_compactor import CompactionTier, ConfigError
 from progressive_compactor.pricing import PriceTable, call_cost
-from progressive_compactor.replay import read_session, replay_session, session_files
+from progressive_compactor.lab.replay import read_session, replay_session, session_files
 from progressive_compactor.testing import RecordingSummarizer, build_history, estimate, tool_call
 
 

@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from cli_helpers import corpus_file, synthetic_history
-from progressive_compactor.cli import main
-from progressive_compactor.config import load_config
+from progressive_compactor.cli.app import cli as main
+from progressive_compactor.validation import load_config
 from progressive_compactor.models import CompactionTier
-from progressive_compactor.plugins.store_jsonl import read_records
+from progressive_compactor.converters import read_records_file as read_records
 
 pytest.importorskip("plotly", reason="the report needs the optional extra: pip install progressive-compactor[report]")
 
-from progressive_compactor import report  # noqa: E402
+from progressive_compactor.lab import report  # noqa: E402
 
 
 def run(*args: object) -> object:
@@ -66,7 +66,7 @@ def test_report_of_records(tmp_path: Path, cfg: Path, session: Path) -> None:
 
 def test_view_figure_has_four_bands_the_window_and_a_marker_per_compaction(tmp_path: Path, cfg: Path, session: Path) -> None:
     from progressive_compactor.compactor import ProgressiveCompactor
-    from progressive_compactor.replay import replay_session
+    from progressive_compactor.lab.replay import replay_session
 
     config = load_config(str(cfg))
     with ProgressiveCompactor(config) as compactor:

@@ -23,7 +23,7 @@ from fake_provider import (
 )
 from progressive_compactor import CompactionTier, ConfigError, ProgressiveCompactor, SummarizerError
 from progressive_compactor.anchors import parse_markdown
-from progressive_compactor.http_retry import (
+from progressive_compactor.http.retry import (
     HttpResponse,
     RetryPolicy,
     Send,
@@ -35,7 +35,7 @@ from progressive_compactor.http_retry import (
 )
 from progressive_compactor.messages import message_from_dict, view_problems
 from progressive_compactor.models import AnchorType, CompactionRecord, Facts, Message, SummaryRequest
-from progressive_compactor.prompt import PLACEHOLDERS, build_prompt, load_template
+from progressive_compactor.http.prompt import PLACEHOLDERS, build_prompt, load_template
 from progressive_compactor.plugins.summarize_anthropic import AnthropicSummarizer
 from progressive_compactor.plugins.summarize_openai import OpenAISummarizer
 
@@ -426,7 +426,7 @@ def test_missing_prompt_template_file(fake, tmp_path):
 
 
 def test_every_placeholder_is_documented_and_usable():
-    from progressive_compactor.prompt import PromptTemplate, check_template
+    from progressive_compactor.http.prompt import PromptTemplate, check_template
 
     text = " ".join(f"${name}" for name in PLACEHOLDERS)
     check_template(PromptTemplate(text, text))

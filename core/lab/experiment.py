@@ -14,9 +14,10 @@ An experiment is the ``experiment`` section of a YAML config; the rest of the fi
 
 Each variant is the base with ``overrides`` laid over it, or, with ``config``, another config file
 (a bundled name, or a path relative to the experiment file) with ``overrides`` laid over that.
-``context_window`` and ``pricing`` are measurement settings, shared: they come from the base even
-for a variant read from another file (a variant changes them only through its ``overrides``).
-Every variant's config has ``variant`` set to its name, so every record says which variant wrote it.
+``context_window`` and ``pricing`` are measurement settings, shared by every variant (a variant
+may not override them); the data folder, the record stores and the state store come from the base
+even for a variant read from another file, so every record lands where the base says. Every
+variant's config has ``variant`` set to its name, so every record says which variant wrote it.
 
 Sticky assignment: a session goes to the variant found by hashing ``salt`` and the session id
 (SHA-256, the first 8 bytes as a number in [0, 1), laid against the cumulative normalised
@@ -41,36 +42,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from .config import (
-    BUNDLED,
-    CompactorConfig,
-    config_from_dict,
-    config_to_dict,
-    deep_merge,
-    parse_yaml,
-    read_config_text,
-)
-from .converters import structure_config
-from .errors import ConfigError
-
-SHARED_KEYS = ("context_window", "pricing")
-"""Base settings every variant shares (the window and the price table a comparison is made at)."""
-
-
-@attrs.frozen
-class VariantSpec:
-    weight: float = 1.0
-    config: str | None = None
-    """A bundled config name or a YAML path (relative to the experiment file); default: the base."""
-    overrides: dict[str, Any] = attrs.field(factory=dict)
-
-
-@attrs.frozen
-class ExperimentSpec:
-    variants: dict[str, VariantSpec]
-    name: str = "experiment"
-    control: str | None = None
-    salt: str | None = None
+from ..config import CompactorConfig, config_to_dict, deep_merge, read_config_data
+from ..errors import ConfigError
+from ..validation import check_config_data, config_from_dict, variant_data
 
 
 @attrs.frozen
@@ -139,90 +113,42 @@ def assign_variant(session_id: str, weights: Sequence[tuple[str, float]], salt: 
     return [name for name, w in weights if w > 0][-1]
 
 
-def _variant_data(
-    name: str, spec: VariantSpec, base: Mapping[str, Any], directory: Path | None
-) -> tuple[dict[str, Any], str]:
-    if spec.config is None:
-        data, source = dict(base), "base"
-    else:
-        ref = spec.config
-        if ref not in BUNDLED and directory is not None and not Path(ref).expanduser().is_absolute():
-            candidate = directory / ref
-            ref = str(candidate) if candidate.exists() else ref
-        text, source = read_config_text(ref)
-        data = parse_yaml(text, source) or {}
-        if not isinstance(data, Mapping):
-            raise ConfigError([f"expected a mapping in {source} @ $.experiment.variants[{name!r}].config"])
-        data = dict(data)
-        data.pop("experiment", None)
-        for key in SHARED_KEYS:
-            if key in base:
-                data[key] = base[key]
-    data = deep_merge(data, spec.overrides)
-    data["variant"] = name
-    data["experiment"] = None
-    return data, source
-
-
 def experiment_from_dict(data: Mapping[str, Any], source: str | None = None, directory: Path | None = None) -> Experiment:
-    """Parse a whole config mapping (base plus ``experiment`` section) into an Experiment."""
-    data = dict(data)
-    section = data.pop("experiment", None)
-    if not isinstance(section, Mapping):
+    """Parse a whole config mapping (base plus ``experiment`` section) into an Experiment.
+
+    The whole file goes through the one validation every config goes through, variants
+    included; :class:`ConfigError` lists every problem.
+    """
+    if not isinstance(data.get("experiment"), Mapping):
         raise ConfigError(["no experiment section; add one (see configs/ab-example.yaml) @ $.experiment"], source)
-    try:
-        spec = structure_config(dict(section), ExperimentSpec, path="$.experiment")
-    except ConfigError as exc:
-        raise ConfigError(exc.problems, source) from exc
-    problems = []
-    if not spec.variants:
-        problems.append("an experiment needs at least one variant @ $.experiment.variants")
-    for name, v in spec.variants.items():
-        if v.weight < 0 or math.isnan(v.weight):
-            problems.append(f"weight must be 0 or more, got {v.weight} @ $.experiment.variants[{name!r}].weight")
-    if spec.variants and sum(max(v.weight, 0) for v in spec.variants.values()) <= 0:
-        problems.append("at least one variant needs a positive weight @ $.experiment.variants")
-    if spec.control is not None and spec.control not in spec.variants:
-        problems.append(
-            f"control {spec.control!r} is not a variant; variants: {', '.join(spec.variants)} @ $.experiment.control"
-        )
+    base, problems = check_config_data(data, directory=directory)
     if problems:
         raise ConfigError(problems, source)
-    base = config_from_dict(data, source)
+    spec = base.experiment
+    assert spec is not None
     variants = []
     for name, v in spec.variants.items():
-        variant_data, where = _variant_data(name, v, data, directory)
-        try:
-            config = config_from_dict(variant_data, where)
-        except ConfigError as exc:
-            raise ConfigError(
-                [f"{p} (variant {name!r}, from {where})" for p in exc.problems], source
-            ) from exc
-        variants.append(Variant(name, v.weight, config))
+        vdata, where = variant_data(name, v, data, directory)
+        variants.append(Variant(name, v.weight, config_from_dict(vdata, where, directory=directory)))
     return Experiment(
         name=spec.name,
         variants=tuple(variants),
         control=spec.control or variants[0].name,
         salt=spec.salt if spec.salt is not None else spec.name,
-        base=base,
+        base=attrs.evolve(base, experiment=None),
     )
 
 
 def load_experiment(name_or_path: str | Path) -> Experiment:
     """Read an experiment from a bundled config name or a YAML file."""
-    text, source = read_config_text(str(name_or_path))
-    data = parse_yaml(text, source)
-    if not isinstance(data, Mapping):
-        raise ConfigError(["expected a mapping at the top level @ $"], source)
-    directory = None if source.startswith("bundled:") else Path(source).expanduser().resolve().parent
+    data, source, directory = read_config_data(name_or_path)
     return experiment_from_dict(data, source, directory)
 
 
-def experiment_from_config(config: CompactorConfig) -> Experiment:
+def experiment_from_config(config: CompactorConfig, directory: Path | None = None) -> Experiment:
     """The experiment of an already loaded config (its ``experiment`` section); a variant's
-    relative ``config`` path is resolved against the config's ``work_dir``."""
-    data = config_to_dict(config)
-    return experiment_from_dict(data, None, Path(config.work_dir))
+    relative ``config`` path is resolved against ``directory`` (default: the working folder)."""
+    return experiment_from_dict(config_to_dict(config), None, directory or Path.cwd())
 
 
 class ExperimentCompactor:
@@ -238,7 +164,7 @@ class ExperimentCompactor:
         self._compactors: dict[str, Any] = {}
 
     def compactor_for(self, session_id: str) -> Any:
-        from .compactor import ProgressiveCompactor
+        from ..compactor import ProgressiveCompactor
 
         name = self.experiment.assign(session_id)
         if name not in self._compactors:
@@ -376,8 +302,8 @@ def metrics_from_records(records: Iterable[Any], prices: Any = None) -> dict[tup
     model's answers. It covers every turn only when tier-None records were stored
     (``store-jsonl: {record_none: true}``). Retention needs the transcript: None here.
     """
-    from .models import CompactionTier
-    from .pricing import DEFAULT_PRICES, call_cost
+    from ..models import CompactionTier
+    from ..pricing import DEFAULT_PRICES, call_cost
 
     prices = prices or DEFAULT_PRICES
     grouped: dict[tuple[str, str], list[Any]] = {}

@@ -21,9 +21,9 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from .errors import CompactorError
-from .models import CompactionRecord, CompactionTier
-from .notification import human_bytes, human_tokens
+from ..errors import CompactorError
+from ..models import CompactionRecord, CompactionTier
+from ..notice import human_bytes, human_tokens
 
 INSTALL_HINT = "pip install 'progressive-compactor[report]'"
 TIER_COLOURS = {
@@ -32,12 +32,19 @@ TIER_COLOURS = {
     CompactionTier.FULL: "#8e44ad",
     CompactionTier.EMERGENCY: "#d62728",
 }
-BANDS = (
-    (CompactionTier.WARN, "warn", "soft"),
-    (CompactionTier.SOFT, "soft", "full"),
-    (CompactionTier.FULL, "full", "emergency"),
-    (CompactionTier.EMERGENCY, "emergency", None),
-)
+TIER_NAMES = {t.name.lower(): t for t in TIER_COLOURS}
+
+
+def bands(thresholds: Mapping[str, float]) -> list[tuple[CompactionTier, float, float | None]]:
+    """``(tier, start, end)`` share of the window of each tier the policy names, lowest first;
+    the last band has no end."""
+    known = sorted((share, TIER_NAMES[name]) for name, share in thresholds.items() if name in TIER_NAMES)
+    out: list[tuple[CompactionTier, float, float | None]] = []
+    for i, (share, tier) in enumerate(known):
+        end = known[i + 1][0] if i + 1 < len(known) else None
+        if end is None or end > share:
+            out.append((tier, share, end))
+    return out
 
 
 class ReportError(CompactorError):
@@ -85,16 +92,6 @@ class ReportData:
     summary: tuple[tuple[str, str], ...] = ()
 
 
-def thresholds_of(config: Any) -> dict[str, float]:
-    """The policy's shares of the window; the ``policy-thresholds`` defaults for another policy."""
-    from .converters import structure_config
-    from .plugins.policy_thresholds import ThresholdPolicy
-
-    block = config.plugin_block("policy-thresholds") if config.plugins.policy == "policy-thresholds" else {}
-    c = structure_config(dict(block), ThresholdPolicy.Config, path="$.config.policy-thresholds")
-    return {"warn": c.warn, "soft": c.soft, "full": c.full, "emergency": c.emergency}
-
-
 def changed_view(record: CompactionRecord) -> bool:
     """Whether a compaction did something: a Warn turn with nothing to offload does not.
 
@@ -102,7 +99,11 @@ def changed_view(record: CompactionRecord) -> bool:
     compactions that changed what the model sees.
     """
     return bool(
-        record.offloaded or record.summarized or record.error or record.tokens_after != record.tokens_before
+        record.offloaded
+        or record.summarized
+        or record.errors
+        or record.fallback
+        or record.tokens_after != record.tokens_before
     )
 
 
@@ -116,7 +117,7 @@ def _compaction(x: int, record: CompactionRecord, label: str) -> Compaction:
         offloaded_bytes=sum(e.chars for e in record.offloaded),
         summarized=record.summarized,
         ratio=record.compression_ratio,
-        error=record.error,
+        error="; ".join(record.errors),
         label=label,
     )
 
@@ -215,9 +216,9 @@ def view_figure(data: ReportData) -> Any:
     window = data.context_window
     if window:
         top = _band_top(data)
-        for tier, low, high in BANDS:
-            y0 = data.thresholds[low] * window
-            y1 = data.thresholds[high] * window if high else top
+        for tier, low, high in bands(data.thresholds):
+            y0 = low * window
+            y1 = high * window if high is not None else top
             fig.add_hrect(
                 y0=y0,
                 y1=y1,
@@ -225,7 +226,7 @@ def view_figure(data: ReportData) -> Any:
                 opacity=0.12,
                 line_width=0,
                 layer="below",
-                annotation_text=f"{tier.label} ≥ {data.thresholds[low]:.0%}",
+                annotation_text=f"{tier.label} ≥ {low:.0%}",
                 annotation_position="top left",
                 annotation_font_color=TIER_COLOURS[tier],
             )
@@ -434,7 +435,7 @@ def render_html(data: ReportData) -> str:
     require_plotly()
     import plotly.io as pio
 
-    from . import __version__
+    from .. import __version__
 
     chart_config = {"displaylogo": False, "responsive": True}
     figures = [view_figure(data), before_after_figure(data), offload_figure(data)]
@@ -442,7 +443,7 @@ def render_html(data: ReportData) -> str:
         pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), include_mathjax=False, config=chart_config)
         for i, fig in enumerate(figures)
     ]
-    shares = ", ".join(f"{name} {share:.0%}" for name, share in data.thresholds.items())
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in data.thresholds.items()) or "none given by the policy"
     source = (
         "replayed turn by turn: one point per simulated LLM call"
         if data.kind == "replay"

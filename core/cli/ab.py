@@ -16,41 +16,21 @@ from typing import Any
 
 import click
 
-from .errors import CompactorError
-
-_FILE_PLUGIN_ROOTS = (
-    ("offload-files", "root", "tool_results"),
-    ("store-jsonl", "directory", "records"),
-    ("state-files", "directory", "state"),
-)
-
-
-def rooted_config(config: Any, directory: Path, records_dir: Path | None = None) -> Any:
-    """``config`` with the built-in file plugins writing under ``directory`` (records under
-    ``records_dir`` when given), so a replay never touches the home folder."""
-    import attrs
-
-    blocks = dict(config.config)
-    selected = set(config.plugins.names())
-    for name, key, sub in _FILE_PLUGIN_ROOTS:
-        if name in selected:
-            where = records_dir if name == "store-jsonl" and records_dir is not None else directory / sub
-            blocks[name] = {**config.plugin_block(name), key: str(where)}
-    return attrs.evolve(config, config=blocks, work_dir=str(directory))
-
+from ..errors import CompactorError
+from ..hookspecs import hookimpl
 
 def replay_job(path: str, session_id: str, variant: str, config: Any, records_dir: str | None) -> dict[str, Any]:
     """Replay one session under one variant in a fresh compactor and temporary folder.
 
     Module level, so that a process pool can run it; returns plain data.
     """
-    from .compactor import ProgressiveCompactor
-    from .experiment import metrics_from_replay
-    from .replay import read_session, replay_session
+    from ..compactor import ProgressiveCompactor
+    from ..lab.experiment import metrics_from_replay
+    from ..lab.replay import isolated_config, read_session, replay_session
 
     messages = read_session(path)
     with tempfile.TemporaryDirectory(prefix="compactor-ab-") as tmp:
-        cfg = rooted_config(config, Path(tmp), Path(records_dir) if records_dir else None)
+        cfg = isolated_config(config, Path(tmp), Path(records_dir) if records_dir else None)
         with ProgressiveCompactor(cfg) as compactor:
             result = replay_session(messages, compactor, session_id)
     return {
@@ -146,9 +126,14 @@ def comparison_table(comparison: Any, title: str) -> Any:
 
 
 def _console(stderr: bool = False) -> Any:
-    from .cli_render import make_console
+    from .render import make_console
 
     return make_console(stderr=stderr)
+
+
+@hookimpl
+def register_commands(cli: Any) -> None:
+    cli.add_command(ab)
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -193,8 +178,8 @@ def replay_command(
     \b
     Example: compactor ab replay ../shared/corpus -e ab-example -w 16000 --limit 5
     """
-    from .experiment import compare, comparison_to_dict, load_experiment
-    from .replay import session_files
+    from ..lab.experiment import compare, comparison_to_dict, load_experiment
+    from ..lab.replay import session_files
 
     try:
         experiment = load_experiment(experiment_ref)
@@ -258,10 +243,9 @@ def report_command(
     \b
     Example: compactor ab report ~/.compactor/compaction_records -e ab-example
     """
-    from .experiment import compare, comparison_to_dict, load_experiment, metrics_from_records
-    from .models import CompactionTier
-    from .plugins.store_jsonl import read_records
-    from .pricing import prices_from_config
+    from ..converters import read_records_file
+    from ..lab.experiment import compare, comparison_to_dict, load_experiment, metrics_from_records
+    from ..models import CompactionTier
 
     prices = None
     if experiment_ref:
@@ -269,9 +253,9 @@ def report_command(
             experiment = load_experiment(experiment_ref)
         except CompactorError as exc:
             raise click.ClickException(str(exc)) from exc
-        prices = prices_from_config(experiment.base)
+        prices = experiment.base.pricing
         control = control or experiment.control
-    records = [r for path in sorted(Path(records_dir).rglob("*.jsonl")) for r in read_records(path)]
+    records = [r for path in sorted(Path(records_dir).rglob("*.jsonl")) for r in read_records_file(path)]
     if not records:
         raise click.ClickException(f"{records_dir}: no records in *.jsonl files")
     per_key = metrics_from_records(records, prices)
@@ -296,4 +280,4 @@ def report_command(
         )
 
 
-__all__ = ["ab", "rooted_config", "replay_job", "run_experiment"]
+__all__ = ["ab", "register_commands", "replay_job", "run_experiment"]

@@ -4,12 +4,12 @@ A plugin subclasses :class:`HttpSummarizer` and gives three pure functions: the 
 headers and the JSON body of a request (:meth:`~HttpSummarizer.build_body`,
 :meth:`~HttpSummarizer.build_headers`), and how to read a decoded reply
 (:meth:`~HttpSummarizer.read_reply`). Everything else is here, once: the prompt, the API key, the
-checks every reply goes through, the retry loop (:mod:`progressive_compactor.http_retry`), and the
+checks every reply goes through, the retry loop (:mod:`progressive_compactor.http.retry`), and the
 two transports, ``httpx.Client`` for ``summarize`` and ``httpx.AsyncClient`` for ``asummarize``,
 each created on first use and reused across calls (connection pooling).
 
 The API key is read from the environment variable named by ``api_key_env`` and registered with
-the compactor's :class:`~progressive_compactor.plugin_manager.SecretRegistry`, which masks it in
+the compactor's :class:`~progressive_compactor.plugin.SecretRegistry`, which masks it in
 records and offloaded files; the plugin masks it in its own error messages as well. It is never
 stored in the config, so no repr or ``config show`` can print it.
 """
@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from .errors import ConfigError, SummarizerError
-from .hookspecs import hookimpl
-from .http_retry import (
+from ..errors import ConfigError, SummarizerError
+from ..hookspecs import hookimpl
+from .retry import (
     HttpCall,
     HttpResponse,
     RetryPolicy,
@@ -39,8 +39,9 @@ from .http_retry import (
     run_async,
     run_sync,
 )
-from .models import SummaryRequest, SummaryResult
-from .plugin_manager import PluginContext, SecretRegistry
+from ..models import SummaryRequest, SummaryResult
+from ..plugin_manager import PluginContext
+from ..redaction import SecretRegistry
 from .prompt import CHARS_PER_TOKEN, Prompt, build_prompt, load_template, replaced_budget_tokens
 
 MISSING = object()
@@ -79,7 +80,7 @@ class HttpSummarizerConfig:
     backoff_max: float = 20.0
     deadline: float = 300.0
     prompt_template: str | None = None
-    """Path of a prompt template file (see :mod:`progressive_compactor.prompt`)."""
+    """Path of a prompt template file (see :mod:`progressive_compactor.http.prompt`)."""
     max_message_chars: int = 4000
     """Each message is cut to this many characters in the prompt (head and tail kept)."""
 
@@ -139,7 +140,7 @@ class HttpSummarizer:
     def __init__(self, config: Any = None, context: PluginContext | None = None):
         self.config = config if config is not None else self.Config()
         self.context = context or PluginContext()
-        self.secrets: SecretRegistry = self.context.secrets if self.context.secrets is not None else SecretRegistry()
+        self.secrets: SecretRegistry = self.context.secrets
         where = f"$.config.{self.plugin_name}"
         self._check_config(where)
         self.template = load_template(self.config.prompt_template, f"{where}.prompt_template")

@@ -1,4 +1,4 @@
-"""The two-line compaction notice of seed section 5.4::
+"""The two-line notice of a compaction, for a terminal or a log::
 
     ⚡ Context compressed [Full] 45.2K->8.1K tokens (82% compression ratio)
        5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved
@@ -26,7 +26,7 @@ def human_bytes(n: int) -> str:
     return f"{n}B"
 
 
-def notification(record: CompactionRecord) -> str:
+def notice(record: CompactionRecord) -> str:
     """The two lines for one record (an empty string for tier NONE: nothing to announce)."""
     if record.tier == 0:
         return ""

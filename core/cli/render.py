@@ -1,6 +1,6 @@
 """Terminal output of the ``compactor`` command: consoles, tables, notices and the progress bar.
 
-Kept apart from :mod:`progressive_compactor.cli` so that the commands read as what they do and the
+Kept apart from the command modules so that the commands read as what they do and the
 look lives in one place. Colour follows terminal conventions: none when ``NO_COLOR`` is set or the
 stream is not a terminal (``FORCE_COLOR`` does not override a pipe: output meant for a file or
 another program stays plain).
@@ -18,8 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .models import CompactionRecord, CompactionTier
-from .notification import human_bytes, human_tokens, notification
+from ..models import CompactionRecord, CompactionTier
+from ..notice import human_bytes, human_tokens, notice
 
 TIER_STYLES = {
     CompactionTier.NONE: "dim",
@@ -55,8 +55,8 @@ def make_console(stream: IO[str] | None = None, *, stderr: bool = False) -> Cons
 
 
 def notice_text(record: CompactionRecord) -> Text:
-    """Seed 5.4's two lines, as rich Text so that ``[Full]`` is never read as markup."""
-    text = Text(notification(record))
+    """The notice's two lines, as rich Text so that ``[Full]`` is never read as markup."""
+    text = Text(notice(record))
     first = text.plain.find("\n")
     text.stylize(TIER_STYLES.get(record.tier, ""), 0, first if first >= 0 else None)
     return text
@@ -116,7 +116,7 @@ def records_table(records: Sequence[CompactionRecord], title: str | None = None)
             f"{len(r.offloaded)} ({human_bytes(offloaded)})" if r.offloaded else "0",
             str(r.preserved_tail),
             f"{r.duration_ms:.0f}",
-            Text(r.error, style="red") if r.error else "",
+            Text("; ".join(r.errors), style="red") if r.errors else "",
         ]
         table.add_row(*row)
     return table

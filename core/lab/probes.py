@@ -50,9 +50,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from .facts import describe_call, error_line, extract_facts, first_user_request, is_failure
-from .messages import message_from_dict, text_of
-from .models import Message
+from ..facts import describe_call, error_line, extract_facts, first_user_request, is_failure
+from ..messages import message_from_dict, text_of
+from ..models import Message
 
 CATEGORIES = ("request", "artifacts", "errors", "next_step")
 KEY_SENTENCES = 3

@@ -35,12 +35,36 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
-from .hookspecs import hookimpl
-from .messages import message_from_dict, messages_from_dicts, view_problems
-from .models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
-from .pricing import Cost, PriceTable, call_cost, prices_from_config
+from ..hookspecs import hookimpl
+from ..messages import message_from_dict, messages_from_dicts, view_problems
+from ..models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
+from ..pricing import Cost, PriceTable, call_cost
 
 METER_NAME = "replay-meter"
+
+
+def isolated_config(config: Any, directory: Any, records_dir: Any = None) -> Any:
+    """``config`` for a replay whose files all live under ``directory``.
+
+    A replay never writes where the config's own stores keep data: the offloader, the record
+    stores and the session state are replaced by the built-in file plugins under ``directory``
+    (records under ``records_dir`` when given), with the config's own settings for those built-ins
+    kept (``record_none``, preview sizes). Everything else (policy, tiers, summarizer) is as
+    configured.
+    """
+    from ..config import CompactorConfig
+
+    assert isinstance(config, CompactorConfig)
+    blocks = dict(config.config)
+    offload = config.plugins.offload
+    if offload != "none":
+        own = config.plugin_block("offload-files") if offload == "offload-files" else {}
+        blocks["offload-files"] = {**own, "root": "{data_dir}/tool_results"}
+        offload = "offload-files"
+    own_store = config.plugin_block("store-jsonl") if "store-jsonl" in config.plugins.stores else {}
+    blocks["store-jsonl"] = {**own_store, "directory": str(records_dir) if records_dir else "{data_dir}/records"}
+    plugins = attrs.evolve(config.plugins, offload=offload, state="state-memory", stores=("store-jsonl",))
+    return attrs.evolve(config, plugins=plugins, config=blocks, data_dir=str(directory))
 
 
 @attrs.frozen
@@ -159,12 +183,12 @@ def replay_session(
 ) -> ReplayResult:
     """Replay ``messages`` through ``compactor`` (a ProgressiveCompactor) as the module says.
 
-    ``prices`` defaults to the config's ``pricing`` section, else the documented defaults.
+    ``prices`` defaults to the config's ``pricing`` section.
     ``probes`` computes retention against the final view (False skips it). ``on_turn`` is called
     after every simulated call, for progress display. The compactor keeps the session's state
     and offloaded files afterwards (the caller may ``delete_session``).
     """
-    prices = prices or prices_from_config(compactor.config)
+    prices = prices or compactor.config.pricing
     window = compactor.config.context_window
     estimate = compactor.hooks.estimate_tokens
     meter = _meter(compactor)
@@ -294,7 +318,7 @@ def read_session(path: Any) -> list[dict[str, Any]]:
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                from .errors import CompactorError
+                from ..errors import CompactorError
 
                 raise CompactorError(f"{path}: invalid JSON on line {number}: {exc.msg}") from exc
     return out
@@ -309,6 +333,7 @@ def session_files(directory: Any) -> list[Any]:
 
 __all__ = [
     "ReplayResult",
+    "isolated_config",
     "SummarizerMeter",
     "TurnMetrics",
     "read_session",

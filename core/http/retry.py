@@ -6,7 +6,7 @@ The retry logic is sans-IO: :func:`exchange` is a generator that yields what to 
 ``httpx.Client`` and ``time.sleep``, :func:`run_async` with an ``httpx.AsyncClient`` and
 ``asyncio.sleep``; nothing else differs between the two, so they cannot drift apart.
 
-Policy (issue 3):
+Policy:
 
 - connect and read timeouts, connection resets and failures, HTTP 408, 429 and 5xx are retried,
   up to ``max_attempts`` attempts in all and never past the overall ``deadline``;
@@ -16,7 +16,7 @@ Policy (issue 3):
   get the same answer.
 
 Every failure is a :class:`~progressive_compactor.errors.SummarizerError` whose ``cause`` is one
-readable line that goes into ``record.error``.
+readable line that goes into the record's ``errors``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable, Generator, Mapping, TypeVar
 
 import attrs
 
-from .errors import SummarizerError
+from ..errors import SummarizerError
 
 log = logging.getLogger("progressive_compactor.http")
 T = TypeVar("T")

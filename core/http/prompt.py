@@ -2,7 +2,7 @@
 
 The reply must carry the five anchors and the prose in the format
 :func:`progressive_compactor.anchors.parse_markdown` reads (``## User Intent`` ... ``## Summary``).
-The summary is incremental (DESIGN.md): the model gets the previous summary and anchors and only
+The summary is incremental: the model gets the previous summary and anchors and only
 the messages not yet covered, and answers with the whole updated summary.
 
 A template is two ``string.Template`` texts, system and user, with ``$name`` placeholders (see
@@ -20,11 +20,11 @@ from typing import Sequence
 
 import attrs
 
-from .anchors import format_summary
-from .errors import ConfigError
-from .facts import bound_text
-from .messages import text_of
-from .models import Anchor, Facts, Message, SummaryRequest
+from ..anchors import format_summary
+from ..errors import ConfigError
+from ..facts import bound_text
+from ..messages import text_of
+from ..models import Anchor, Facts, Message, SummaryRequest
 
 USER_SEPARATOR = "=== user ==="
 CHARS_PER_TOKEN = 4

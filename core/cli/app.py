@@ -1,0 +1,223 @@
+"""The ``compactor`` group and what every command shares.
+
+Conventions, the same on every command: ``--json`` prints machine-readable output instead of
+tables; an error is one line on stderr (``error: ...``) and a non-zero exit status (1, or 2 for a
+usage mistake), with the traceback only under ``--debug``; no colour when ``NO_COLOR`` is set or
+output is not a terminal; every ``--help`` ends with an example.
+
+Commands are thin: each calls the library's own API (``ProgressiveCompactor``, the config loader,
+the replay engine), and reads what plugins keep through hooks (``read_records``,
+``list_sessions``, ``read_offloaded``, ``tier_thresholds``), so every command works with any
+store, state or policy plugin, built-in or third-party. Each command lives in its own module of
+this package; packages add commands through the ``register_commands`` hook.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from importlib import metadata
+from typing import Any, Callable, Sequence
+
+import click
+
+from ..errors import CompactorError
+
+log = logging.getLogger("progressive_compactor")
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _StderrHandler(logging.Handler):
+    """Library warnings as ``warning: ...`` lines on the stderr of the moment (the test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(f"{record.levelname.lower()}: {record.getMessage()}\n")
+        except Exception:  # noqa: BLE001 - logging must never break the command
+            self.handleError(record)
+
+
+_log_handler = _StderrHandler()
+
+
+def _setup_logging(debug: bool) -> None:
+    if _log_handler not in log.handlers:
+        log.addHandler(_log_handler)
+    log.setLevel(logging.DEBUG if debug else logging.WARNING)
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class CompactorGroup(click.Group):
+    """The root group: one-line errors, ``--debug`` tracebacks."""
+
+    debug = False
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, *a: Any, **kw: Any) -> Any:
+        standalone = kw.pop("standalone_mode", True)
+        type(self).debug = bool(os.environ.get("COMPACTOR_DEBUG"))
+        try:
+            result = super().main(args, prog_name or "compactor", *a, standalone_mode=False, **kw)
+            code = result if isinstance(result, int) else 0
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "compactor"
+            self._fail(f"{exc.format_message()} (see '{where} --help')")
+            code = 2
+        except click.ClickException as exc:
+            self._fail(exc.format_message(), exc)
+            code = exc.exit_code
+        except click.Abort:
+            self._fail("interrupted")
+            code = 130
+        except CompactorError as exc:
+            self._fail(str(exc), exc)
+            code = 1
+        except Exception as exc:  # noqa: BLE001 - one line, never a traceback unless asked
+            hint = "" if self.debug else " (run 'compactor --debug ...' for the traceback)"
+            self._fail(f"{type(exc).__name__}: {exc}{hint}", exc)
+            code = 1
+        finally:
+            log.removeHandler(_log_handler)
+            log.setLevel(logging.NOTSET)
+        if not standalone:
+            return code
+        sys.exit(code)
+
+    def _fail(self, message: str, exc: BaseException | None = None) -> None:
+        if self.debug and exc is not None:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        sys.stderr.write(f"error: {one_line(message)}\n")
+
+
+@click.group(cls=CompactorGroup, context_settings=CONTEXT)
+@click.version_option(package_name="progressive-compactor", prog_name="compactor")
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors and the library's debug log.")
+def cli(debug: bool) -> None:
+    """Tiered context compaction for LLM agents: compact, replay, inspect, report, clean up.
+
+    \b
+    Example: compactor replay session.jsonl -w 16000
+    """
+    CompactorGroup.debug = CompactorGroup.debug or debug
+    _setup_logging(CompactorGroup.debug)
+
+
+# --- options and helpers every command uses ---------------------------------------------------
+
+
+def config_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--config", "-c", default="default", show_default=True, help="Bundled config name or YAML path."
+    )(f)
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(f)
+
+
+def data_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--data-dir",
+        type=click.Path(file_okay=False),
+        help="Folder the plugins keep files in (overrides the config and COMPACTOR_DATA_DIR).",
+    )(f)
+
+
+def window_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--context-window", "-w", type=click.IntRange(min=1), help="Context window in tokens (overrides the config)."
+    )(f)
+
+
+def load_cli_config(config: str, *, context_window: int | None = None, data_dir: str | None = None) -> Any:
+    """The config a command runs with: the file or bundled name, with the command's overrides."""
+    from ..validation import load_config
+
+    overrides: dict[str, Any] = {}
+    if context_window:
+        overrides["context_window"] = context_window
+    if data_dir:
+        overrides["data_dir"] = os.path.abspath(os.path.expanduser(data_dir))
+    return load_config(config, **overrides)
+
+
+def storage_compactor(cfg: Any) -> Any:
+    """A compactor of ``cfg`` for reading what its plugins keep (records, offloads, sessions).
+
+    The summarizer is not needed to read anything, so the offline one stands in for it: reading
+    records must not need a provider's API key.
+    """
+    import attrs
+
+    from ..compactor import ProgressiveCompactor
+
+    plugins = attrs.evolve(cfg.plugins, summarizer="summarize-extractive")
+    return ProgressiveCompactor(attrs.evolve(cfg, plugins=plugins))
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def console(stderr: bool = False) -> Any:
+    from .render import make_console
+
+    return make_console(stderr=stderr)
+
+
+def write_output(path: str, text: str) -> None:
+    """Write a command's output file atomically, owner-only; errors as one readable line."""
+    from ..storage import write_file
+
+    try:
+        write_file(path, text.encode("utf-8", "surrogatepass"))
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+# --- the commands -----------------------------------------------------------------------------
+
+
+def _add_builtin_commands() -> None:
+    from . import compact, config, gc, plugins, records, replay, report
+
+    for module in (compact, replay, records, plugins, config, gc, report):
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+def _add_plugin_commands() -> None:
+    """Commands of every package declared under the ``progressive_compactor_cli`` group."""
+    import pluggy
+
+    from ..hookspecs import PROJECT
+    from . import hookspecs
+
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for ep in metadata.entry_points(group=hookspecs.GROUP):
+        try:
+            pm.register(ep.load(), name=ep.name)
+        except Exception as exc:  # noqa: BLE001 - a broken package must not take the CLI down
+            cli.add_command(_broken_command(ep.name, exc))
+    for impl in pm.hook.register_commands.get_hookimpls():
+        try:
+            impl.function(cli)
+        except Exception as exc:  # noqa: BLE001
+            cli.add_command(_broken_command(impl.plugin_name, exc))
+
+
+def _broken_command(name: str, exc: BaseException) -> click.Command:
+    def fail() -> None:
+        raise click.ClickException(f"the '{name}' command failed to load: {type(exc).__name__}: {exc}")
+
+    return click.Command(name, callback=fail, help=f"(unavailable: {type(exc).__name__})")
+
+
+_add_builtin_commands()
+_add_plugin_commands()

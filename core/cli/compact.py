@@ -1,0 +1,62 @@
+"""``compactor compact``: compact one history once and write the view."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .app import config_option, data_dir_option, json_option, load_cli_config, window_option, write_output
+from .inputs import load_history
+
+
+@click.command(short_help="Compact one history and write the view.")
+@click.argument("session_file")
+@config_option
+@window_option
+@data_dir_option
+@click.option("--session-id", "-s", help="Session id (default: the file name).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the view here (default: stdout).")
+@json_option
+def compact(
+    session_file: str,
+    config: str,
+    context_window: int | None,
+    data_dir: str | None,
+    session_id: str | None,
+    output: str | None,
+    as_json: bool,
+) -> None:
+    """Compact SESSION_FILE (JSONL, a JSON array of chat messages, or - for stdin) and write the view.
+
+    The view is written as JSONL, one message per line, and the two-line notice goes to stderr
+    (to stdout with -o). With --json, one object {"view": [...], "record": {...}} instead.
+    Offloaded results go to the data folder, where 'compactor show HANDLE' finds them.
+
+    \b
+    Example: compactor compact session.jsonl -w 32000 -o view.jsonl
+    """
+    from ..compactor import ProgressiveCompactor
+    from ..converters import record_to_dict
+    from ..notice import notice
+
+    cfg = load_cli_config(config, context_window=context_window, data_dir=data_dir)
+    messages = load_history(session_file)
+    sid = session_id or (Path(session_file).stem if session_file != "-" else "stdin")
+    with ProgressiveCompactor(cfg) as compactor:
+        view, record = compactor.compact_with_record(messages, sid)
+    if as_json:
+        text = json.dumps({"view": view, "record": record_to_dict(record)}, ensure_ascii=False) + "\n"
+    else:
+        text = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in view)
+    if output:
+        write_output(output, text)
+    else:
+        click.echo(text, nl=False)
+    if not as_json:
+        message = notice(record) or f"No compaction needed: {record.tokens_before} tokens"
+        click.echo(message, err=bool(not output))
+
+
+COMMANDS = [compact]

@@ -1,0 +1,92 @@
+"""``compactor gc``: delete a session everywhere, or every session older than an age."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import click
+
+from .app import config_option, data_dir_option, echo_json, json_option, load_cli_config, storage_compactor
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(value: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``2w``, ``1d12h`` -> seconds."""
+    text = value.strip().lower()
+    parts = _DURATION.findall(text)
+    if not parts or _DURATION.sub("", text).strip():
+        raise click.BadParameter(
+            f"expected a duration such as 7d, 12h, 30m or 2w, got {value!r}", param_hint="--older-than"
+        )
+    return sum(float(n) * _SECONDS[unit] for n, unit in parts)
+
+
+def printable(session_id: str) -> str:
+    """A session id as it can be printed on one line (quoted when it holds control characters)."""
+    return session_id if session_id.isprintable() and session_id.strip() == session_id and session_id else repr(session_id)
+
+
+@click.command(short_help="Delete a session's files and records, or every old session.")
+@click.argument("session", required=False)
+@click.option("--older-than", metavar="AGE", help="Remove every session not written to for AGE (7d, 12h, 2w).")
+@click.option("--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@config_option
+@data_dir_option
+@json_option
+def gc(
+    session: str | None, older_than: str | None, dry_run: bool, config: str, data_dir: str | None, as_json: bool
+) -> None:
+    """Delete a SESSION's offloaded results, records and state, or every session older than AGE.
+
+    What is stored is found through the plugins of the config (files, databases alike): each
+    reports the sessions it keeps and when it last wrote for them, and each deletes its own.
+
+    \b
+    Example: compactor gc --older-than 7d --dry-run
+    """
+    if (session is None) == (older_than is None):
+        raise click.UsageError("give either SESSION or --older-than AGE")
+    cfg = load_cli_config(config, data_dir=data_dir)
+    errors: list[str] = []
+    with storage_compactor(cfg) as compactor:
+        stored: dict[str, list[Any]] = {}
+        for info in compactor.sessions():
+            stored.setdefault(info.session_id, []).append(info)
+        if session is not None:
+            targets = [session]
+        else:
+            cutoff = time.time() - parse_duration(older_than or "")
+            targets = [sid for sid, infos in sorted(stored.items()) if max(i.updated for i in infos) < cutoff]
+        if not dry_run:
+            for sid in targets:
+                if sid in stored:
+                    errors += compactor.delete_session(sid)
+    removed = [
+        {"session": sid, "where": [{"plugin": i.plugin, "where": i.where} for i in stored[sid]]}
+        for sid in targets
+        if sid in stored
+    ]
+    missing = [sid for sid in targets if sid not in stored]
+    if as_json:
+        echo_json({"dry_run": dry_run, "removed": removed, "not_found": missing, "errors": errors})
+    else:
+        verb = "would remove" if dry_run else "removed"
+        for item in removed:
+            click.echo(f"{verb} session {printable(item['session'])}")
+            for place in item["where"]:
+                click.echo(f"  {place['plugin']}: {place['where']}")
+        for sid in missing:
+            click.echo(f"session {printable(sid)}: nothing stored (no plugin of config {config!r} keeps it)", err=True)
+        if not targets:
+            click.echo("nothing to remove", err=True)
+        for error in errors:
+            click.echo(f"warning: {error}", err=True)
+    if errors:
+        raise click.exceptions.Exit(1)
+
+
+COMMANDS = [gc]

@@ -1,0 +1,86 @@
+"""``compactor plugins``: what is installed, what each implements, what the config selects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .app import config_option, console, echo_json, json_option, load_cli_config
+
+
+def selection(cfg: Any) -> dict[str, list[str]]:
+    """Plugin name -> the roles the config gives it, named as the YAML keys under ``plugins:``
+    (plus ``disabled`` and ``essential``)."""
+    from ..config import ESSENTIAL_PLUGINS
+
+    roles: dict[str, list[str]] = {}
+    for role, name in cfg.plugins.roles().items():
+        if name != "none":
+            roles.setdefault(name, []).append(role)
+    for name in cfg.plugins.stores:
+        roles.setdefault(name, []).append("stores")
+    for name in cfg.plugins.extra:
+        roles.setdefault(name, []).append("extra")
+    for name in cfg.plugins.disable:
+        roles[name] = ["disabled"]
+    for name in ESSENTIAL_PLUGINS:
+        if "fallback" not in roles.get(name, []):
+            roles.setdefault(name, []).append("essential")
+    return roles
+
+
+@click.command(short_help="List installed plugins and what the config selects.")
+@config_option
+@json_option
+def plugins(config: str, as_json: bool) -> None:
+    """List installed plugins: distribution, version, hooks implemented, and what CONFIG selects.
+
+    A plugin that fails to import shows its error instead of its hooks.
+
+    \b
+    Example: compactor plugins --config team.yaml
+    """
+    from ..plugin_manager import hooks_of, installed_plugins, load_plugin_object
+    from .render import plugins_table
+
+    cfg = load_cli_config(config)
+    selected = selection(cfg)
+    rows = []
+    installed = installed_plugins()
+    for name, info in sorted(installed.items()):
+        try:
+            hooks, error = hooks_of(load_plugin_object(info)), None
+        except Exception as exc:  # noqa: BLE001 - shown in its row
+            cause = exc.__cause__ or exc
+            hooks, error = [], f"failed to import: {type(cause).__name__}: {cause}"
+        rows.append(
+            {
+                "name": name,
+                "distribution": info.distribution,
+                "version": info.version,
+                "target": info.value,
+                "hooks": hooks,
+                "error": error,
+                "selected": selected.get(name, []),
+            }
+        )
+    for name in sorted(set(selected) - set(installed)):
+        rows.append(
+            {
+                "name": name,
+                "distribution": None,
+                "version": None,
+                "target": None,
+                "hooks": [],
+                "error": "not installed",
+                "selected": selected[name],
+            }
+        )
+    if as_json:
+        echo_json(rows)
+    else:
+        console().print(plugins_table(rows, config))
+
+
+COMMANDS = [plugins]

@@ -1,0 +1,146 @@
+"""The API for plugin authors: everything a plugin imports, in one module.
+
+```python
+from progressive_compactor.plugin import hookimpl, TierPlan, CompactionTier
+
+class SummarizeAtSoft:
+    @hookimpl
+    def apply_tier(self, tier_input, turn):
+        return TierPlan(offload=True, summarize=len(tier_input.head))
+```
+
+The built-in plugins import from here and nowhere else (HTTP summarizers also from
+:mod:`progressive_compactor.http`, the declared API for summarizers that call a provider); what
+is not exported here may move between releases. See ``CONTRIBUTING.md`` for a guide with an
+example of every hook.
+"""
+
+from __future__ import annotations
+
+from .anchors import empty_anchors, facts_as_anchors, format_summary, merge_anchors, parse_markdown
+from .converters import (
+    read_records_file,
+    record_from_dict,
+    record_to_dict,
+    record_to_json,
+    setting_check,
+    state_from_json,
+    state_to_json,
+)
+from .errors import (
+    CompactorError,
+    ConfigError,
+    FallbackError,
+    InvalidMessagesError,
+    OffloadError,
+    PluginError,
+    StateConflictError,
+    StorageError,
+    SummarizerError,
+)
+from .facts import bound_text, extract_facts, first_user_request
+from .hookspecs import hookimpl
+from .messages import (
+    char_count,
+    group_start,
+    is_split_point,
+    message_from_dict,
+    message_to_dict,
+    replace_content,
+    text_of,
+)
+from .models import (
+    NOT_AVAILABLE,
+    Anchor,
+    AnchorType,
+    CompactionRecord,
+    CompactionTier,
+    Facts,
+    Message,
+    OffloadEntry,
+    ParsedSummary,
+    SessionInfo,
+    SessionState,
+    SummaryRequest,
+    SummaryResult,
+    TierInput,
+    TierPlan,
+    ToolCall,
+    TurnContext,
+)
+from .plugin_manager import PluginContext
+from .pricing import PriceTable
+from .redaction import SecretRegistry
+from .storage import (
+    append_line,
+    expand_path,
+    newest_mtime,
+    private_dir,
+    read_private,
+    remove,
+    safe_name,
+    write_private,
+)
+
+__all__ = [
+    "NOT_AVAILABLE",
+    "Anchor",
+    "AnchorType",
+    "CompactionRecord",
+    "CompactionTier",
+    "CompactorError",
+    "ConfigError",
+    "Facts",
+    "FallbackError",
+    "InvalidMessagesError",
+    "Message",
+    "OffloadEntry",
+    "OffloadError",
+    "ParsedSummary",
+    "PluginContext",
+    "PluginError",
+    "PriceTable",
+    "SecretRegistry",
+    "SessionInfo",
+    "SessionState",
+    "StateConflictError",
+    "StorageError",
+    "SummarizerError",
+    "SummaryRequest",
+    "SummaryResult",
+    "TierInput",
+    "TierPlan",
+    "ToolCall",
+    "TurnContext",
+    "append_line",
+    "bound_text",
+    "char_count",
+    "empty_anchors",
+    "expand_path",
+    "extract_facts",
+    "facts_as_anchors",
+    "first_user_request",
+    "format_summary",
+    "group_start",
+    "hookimpl",
+    "is_split_point",
+    "merge_anchors",
+    "message_from_dict",
+    "message_to_dict",
+    "newest_mtime",
+    "parse_markdown",
+    "private_dir",
+    "read_private",
+    "read_records_file",
+    "record_from_dict",
+    "record_to_dict",
+    "record_to_json",
+    "remove",
+    "replace_content",
+    "safe_name",
+    "setting_check",
+    "state_from_json",
+    "state_to_json",
+    "text_of",
+    "write_private",
+]

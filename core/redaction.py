@@ -1,0 +1,109 @@
+"""Secrets that must never be written anywhere: records, logs, offloaded files, session state.
+
+A plugin that reads an API key registers it with the compactor's :class:`SecretRegistry`; every
+writer passes its text through :meth:`SecretRegistry.redact` before it leaves the process. Keys
+reach text in more ways than verbatim: an ``env`` dump in a tool result, a provider that echoes
+the ``Authorization`` header (sometimes upper-cased), a truncation that cut the key in two and
+kept its start before the cut and its end after it. So a key is masked wherever it appears in any
+letter case, and so is any piece of it of at least :data:`MIN_PIECE` characters that starts or
+ends it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+MASK = "[REDACTED]"
+MIN_SECRET = 4
+"""Shorter values are not registered: masking them would mangle ordinary text."""
+MIN_PIECE = 10
+"""A start or an end of a key this long is masked too (truncation may have cut the rest)."""
+
+
+class SecretRegistry:
+    """Values that must never be written anywhere (API keys); :meth:`redact` masks them."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._values: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        for value in values:
+            self.add(value)
+
+    def add(self, value: str | None) -> None:
+        """Register ``value`` (shorter than :data:`MIN_SECRET` characters: ignored)."""
+        if value and len(value) >= MIN_SECRET and value not in self._values:
+            self._values.append(value)
+            pieces = set()
+            for secret in self._values:
+                piece = min(MIN_PIECE, len(secret))
+                pieces.add(re.escape(secret[:piece]))
+                pieces.add(re.escape(secret[-piece:]))
+            self._pattern = re.compile("|".join(sorted(pieces, key=len, reverse=True)), re.IGNORECASE)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every registered secret, and every start or end of one, masked."""
+        if self._pattern is None or not text or self._pattern.search(text) is None:
+            return text
+        lowered = text.lower()
+        if len(lowered) != len(text):  # a few characters lower-case to two: keep positions
+            lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+        spans: list[tuple[int, int]] = []
+        for secret in self._values:
+            key = secret.lower()
+            piece = min(MIN_PIECE, len(key))
+            spans += _prefix_spans(lowered, key, piece)
+            spans += _suffix_spans(lowered, key, piece)
+        if not spans:
+            return text
+        out, last = [], 0
+        for start, end in _merged(spans):
+            out.append(text[last:start])
+            out.append(MASK)
+            last = end
+        out.append(text[last:])
+        return "".join(out)
+
+
+def _prefix_spans(text: str, key: str, piece: int) -> list[tuple[int, int]]:
+    """Spans of ``text`` that are a start of ``key`` at least ``piece`` long (the whole key too)."""
+    spans = []
+    start = text.find(key[:piece])
+    while start != -1:
+        length = piece
+        while length < len(key) and start + length < len(text) and text[start + length] == key[length]:
+            length += 1
+        spans.append((start, start + length))
+        start = text.find(key[:piece], start + 1)
+    return spans
+
+
+def _suffix_spans(text: str, key: str, piece: int) -> list[tuple[int, int]]:
+    """Spans of ``text`` that are an end of ``key`` at least ``piece`` long."""
+    spans = []
+    tail = key[-piece:]
+    found = text.find(tail)
+    while found != -1:
+        end = found + piece
+        length = piece
+        while length < len(key) and end - length - 1 >= 0 and text[end - length - 1] == key[-length - 1]:
+            length += 1
+        spans.append((end - length, end))
+        found = text.find(tail, found + 1)
+    return spans
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+__all__ = ["MASK", "SecretRegistry"]

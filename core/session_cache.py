@@ -1,0 +1,253 @@
+"""What the compactor remembers of one session's history between turns, in this process.
+
+The history is append-only: each turn adds messages at its end. So the compactor reads only what
+is new since the last turn:
+
+- ``settled``: the repaired history after the system message, up to the last point where repair
+  can no longer change it (an assistant message's tool results are complete once a later non-tool
+  message follows), with each message's token count;
+- ``recent``: the rest (usually the newest assistant message and its tool results), repaired again
+  when it changes;
+- the *uncovered view*: ``settled[state.covered:]`` with the state's offload placeholders applied,
+  and the compaction message that stands for ``settled[:state.covered]``, both kept for the state
+  version they were built for.
+
+A turn that needs no compaction then costs the new messages, not a pass over the history. The
+cache is rebuilt from scratch when the caller passes a history that does not continue the one it
+has seen (another history under the same session id, or an edited one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .facts import first_user_request
+from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content, text_of
+from .models import Message, SessionState
+
+Estimate = Callable[[Sequence[Message]], list[int]]
+
+
+@attrs.frozen
+class Recent:
+    """The repaired recent messages with offloads applied, their tokens, dicts and repairs."""
+
+    messages: list[Message]
+    tokens: int
+    dicts: list[dict[str, Any]]
+    repairs: int
+
+
+def with_placeholder(message: Message, state: SessionState) -> Message:
+    """``message`` with its offload placeholder, if the state says it was offloaded.
+
+    An entry matches by tool call id and the length of the original text, so that a tool call id
+    reused later in the session does not get the earlier result's placeholder.
+    """
+    if message.role != "tool" or not state.offloaded:
+        return message
+    entry = state.offloaded.get(message.tool_call_id or "")
+    if entry is None or entry.chars != len(text_of(message)):
+        return message
+    return replace_content(message, entry.placeholder)
+
+
+def as_message(item: Any, index: int) -> Message:
+    return item if isinstance(item, Message) else message_from_dict(item, index)
+
+
+def role_of(item: Any) -> Any:
+    return item.role if isinstance(item, Message) else item.get("role") if isinstance(item, Mapping) else None
+
+
+class SessionCache:
+    """The cache of one session; see the module docstring."""
+
+    def __init__(self, session_id: str, history: Sequence[Any], estimate: Estimate, intent_max_chars: int):
+        self.session_id = session_id
+        self.estimate = estimate
+        self.intent_max_chars = intent_max_chars
+        self.has_system = bool(history) and role_of(history[0]) == "system"
+        self.system: Message | None = as_message(history[0], 0) if self.has_system else None
+        self.system_dict = message_to_dict(self.system) if self.system is not None else None
+        self.system_tokens = estimate([self.system])[0] if self.system is not None else 0
+        self.settled: list[Message] = []
+        self.settled_tokens: list[int] = []
+        self.settled_from = 0
+        """How many history messages (after the system message) ``settled`` was built from."""
+        self.settled_repairs = 0
+        self.recent_messages: list[Message] = []
+        self.last_read: Any = None
+        """The last history message read (the caller's own object), to recognise the history."""
+        self.first_request: str | None = None
+        self.verified: tuple[int, str | None] | None = None
+        """The state boundary last checked against this history."""
+        self._recent_key: tuple[int, int, int] | None = None
+        self._recent: Recent | None = None
+        # The uncovered view, for the state version it was built for.
+        self.view_version = -1
+        self.uncovered: list[Message] = []
+        self.uncovered_dicts: list[dict[str, Any]] = []
+        self.uncovered_tokens = 0
+        self.uncovered_end = 0
+        self.compaction: Message | None = None
+        self.compaction_dict: dict[str, Any] | None = None
+        self.compaction_tokens = 0
+        self.previous_view: list[Any] = []
+        self.previous_tokens = 0
+
+    # --- reading the history ------------------------------------------------------------------
+
+    @property
+    def offset(self) -> int:
+        return int(self.has_system)
+
+    @property
+    def seen(self) -> int:
+        """History messages read so far, the system message included."""
+        return self.offset + self.settled_from + len(self.recent_messages)
+
+    def continues(self, history: Sequence[Any]) -> bool:
+        """Whether ``history`` is the history this cache has read, maybe with more at its end."""
+        has_system = bool(history) and role_of(history[0]) == "system"
+        if has_system != self.has_system:
+            return False
+        if has_system and history[0] is not self.system.raw and history[0] != self.system_dict:  # type: ignore[union-attr]
+            return False
+        seen = self.seen
+        if len(history) < seen:
+            return False
+        if seen > self.offset:
+            last = history[seen - 1]
+            return last is self.last_read or last == self.last_read
+        return True
+
+    def read(self, history: Sequence[Any]) -> None:
+        """Read the messages of ``history`` that are new since the last call."""
+        seen = self.seen
+        if len(history) <= seen:
+            return
+        new = history[seen:]
+        self.recent_messages.extend([as_message(d, seen + i) for i, d in enumerate(new)])
+        self.last_read = new[-1]
+        self._settle()
+
+    def _settle(self) -> None:
+        """Move the recent messages whose repair can no longer change into ``settled``."""
+        msgs = self.recent_messages
+        cut = len(msgs) - 1
+        while cut > 0 and msgs[cut].role == "tool":
+            cut -= 1
+        if cut <= 0:
+            return
+        repaired, repairs = repair_tool_pairs(msgs[:cut], at_start=False)
+        if self.first_request is None:
+            self.first_request = first_user_request(repaired, self.intent_max_chars)
+        self.settled.extend(repaired)
+        self.settled_tokens.extend(self.estimate(repaired))
+        self.settled_repairs += repairs
+        self.settled_from += cut
+        del msgs[:cut]
+
+    def recent(self, state: SessionState) -> Recent:
+        """The repaired recent messages, offloads applied; cached until they or the state change."""
+        key = (len(self.recent_messages), self.settled_from, state.version)
+        if self._recent_key == key and self._recent is not None:
+            return self._recent
+        repaired, repairs = repair_tool_pairs(self.recent_messages, at_start=False)
+        if state.offloaded:  # an Emergency offloads recent results too: a retry must see that
+            repaired = [with_placeholder(m, state) for m in repaired]
+        if self.first_request is None:
+            self.first_request = first_user_request(repaired, self.intent_max_chars)
+        tokens = sum(self.estimate(repaired)) if repaired else 0
+        self._recent_key = key
+        self._recent = Recent(repaired, tokens, [message_to_dict(m) for m in repaired], repairs)
+        return self._recent
+
+    # --- the state's boundary and view ----------------------------------------------------------
+
+    def boundary_matches(self, state: SessionState) -> bool:
+        """Whether the last message the state's summary covers is this history's message there.
+
+        The boundary was fingerprinted as the summary saw it: offloaded, if it was.
+        """
+        if not state.covered:
+            return True
+        key = (state.covered, state.covered_fingerprint)
+        if self.verified == key:
+            return True
+        if state.covered > len(self.settled):
+            return False
+        last = self.settled[state.covered - 1]
+        if state.covered_fingerprint in (fingerprint(last), fingerprint(with_placeholder(last, state))):
+            self.verified = key
+            return True
+        return False
+
+    def refresh(self, state: SessionState, compaction_message: Callable[[SessionState], Message]) -> None:
+        """Keep the uncovered view for ``state``, extending it as ``settled`` grows."""
+        if self.view_version != state.version or self.uncovered_end < state.covered:
+            self.view_version = state.version
+            self.uncovered, self.uncovered_dicts, self.uncovered_tokens = [], [], 0
+            self.uncovered_end = state.covered
+            if state.covered:
+                self.compaction = compaction_message(state)
+                self.compaction_dict = message_to_dict(self.compaction)
+                self.compaction_tokens = self.estimate([self.compaction])[0]
+            else:
+                self.compaction, self.compaction_dict, self.compaction_tokens = None, None, 0
+        end = len(self.settled)
+        for i in range(self.uncovered_end, end):
+            m = self.settled[i]
+            tokens = self.settled_tokens[i]
+            shown = with_placeholder(m, state)
+            if shown is not m:
+                tokens = self.estimate([shown])[0]
+            self.uncovered.append(shown)
+            self.uncovered_dicts.append(message_to_dict(shown))
+            self.uncovered_tokens += tokens
+        self.uncovered_end = max(self.uncovered_end, end)
+
+    def forget_view(self) -> None:
+        self.view_version = -1
+
+    def originals(self, start: int, stable: int, rest: Sequence[Message]) -> list[Message]:
+        """``settled[start:start + stable]`` (the original texts, not placeholders) + ``rest``."""
+        return self.settled[start : start + stable] + list(rest)
+
+    # --- the view sent ------------------------------------------------------------------------
+
+    def head(self) -> list[Message]:
+        """The system message and the compaction message, as a view starts."""
+        view = [self.system] if self.system is not None else []
+        if self.compaction is not None:
+            view.append(self.compaction)
+        return view
+
+    def unchanged_view(self, recent: Recent) -> list[Any]:
+        """The view of a turn that compacts nothing: cached dicts, the caller's own where unchanged."""
+        out: list[Any] = [self.system_dict] if self.has_system else []
+        if self.compaction_dict is not None:
+            out.append(self.compaction_dict)
+        out += self.uncovered_dicts
+        out += recent.dicts
+        return out
+
+    def stable_prefix_tokens(self, out: list[Any], tokens: int) -> int:
+        """Tokens at the start of ``out`` equal to the previous view's (prompt-cache hits)."""
+        previous = self.previous_view
+        n = len(previous)
+        if n <= len(out) and out[:n] == previous:
+            stable = self.previous_tokens
+        else:
+            common = 0
+            limit = min(n, len(out))
+            while common < limit and (out[common] is previous[common] or out[common] == previous[common]):
+                common += 1
+            stable = sum(self.estimate([as_message(d, i) for i, d in enumerate(out[:common])])) if common else 0
+        self.previous_view = out
+        self.previous_tokens = tokens
+        return stable

@@ -1,0 +1,226 @@
+"""Files that plugins write: where they go, and writing them safely.
+
+Every built-in plugin that keeps files (offloaded tool results, JSONL records, session state)
+writes under one data folder, by default a per-user folder (see :func:`default_data_dir`),
+overridable by ``data_dir`` in the config or the ``COMPACTOR_DATA_DIR`` environment variable. A
+plugin's folder setting may start with ``{data_dir}``.
+
+Ids that name files come from outside (session ids, tool-call ids), and the folders may sit where
+an agent with a shell can plant symbolic links. So: a name is never a path (:func:`safe_name`),
+nothing under a plugin's root is followed if it is a link (each component is checked with
+``lstat`` and files are opened with ``O_NOFOLLOW``), and everything is created owner-only
+(folders 0700, files 0600). Whole files are replaced atomically (a temporary file, then a rename),
+so a crash leaves the old content or the new, never a torn file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import StorageError
+
+DATA_DIR_ENV = "COMPACTOR_DATA_DIR"
+APP_NAME = "progressive-compactor"
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def default_data_dir() -> Path:
+    """``$COMPACTOR_DATA_DIR``, else the platform's per-user data folder for this library.
+
+    Linux and other Unix: ``$XDG_DATA_HOME/progressive-compactor`` (``~/.local/share/...``);
+    macOS: ``~/Library/Application Support/progressive-compactor``; Windows:
+    ``%LOCALAPPDATA%\\progressive-compactor``.
+    """
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env).expanduser().absolute()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return (base / APP_NAME).absolute()
+
+
+def resolve_data_dir(configured: str | None) -> Path:
+    """The data folder a config names (``~`` expanded), or :func:`default_data_dir`."""
+    if configured:
+        return Path(configured).expanduser().absolute()
+    return default_data_dir()
+
+
+def expand_path(template: str, data_dir: str | os.PathLike[str]) -> Path:
+    """A plugin's folder setting as an absolute path: ``{data_dir}`` and ``~`` expanded."""
+    return Path(template.replace("{data_dir}", str(data_dir))).expanduser().absolute()
+
+
+def safe_name(value: str) -> str:
+    """``value`` if it is a plain file name, else ``_`` and a hash of it: never a path.
+
+    A plain name has letters, digits and ``_ . -``, at most 128 characters, starts with a letter
+    or a digit and holds no ``..``.
+    """
+    if _SAFE.fullmatch(value) and ".." not in value:
+        return value
+    return "_" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def _check_under(root: Path, path: Path) -> None:
+    """Refuse ``path`` unless it lies under ``root`` with no symbolic link on the way."""
+    try:
+        relative = path.relative_to(root)
+    except ValueError:
+        raise StorageError(f"refusing {path}: it is not under {root}", path=str(path)) from None
+    current = root
+    for part in relative.parts:
+        if part in ("", ".", ".."):
+            raise StorageError(f"refusing {path}: '{part}' in the path", path=str(path))
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(mode):
+            raise StorageError(f"refusing {current}: a symbolic link under {root}", path=str(current))
+
+
+def private_dir(path: Path, root: Path) -> None:
+    """Create ``path`` (``root`` or a folder under it) and whatever of it is missing, each
+    folder created owner-only (0700). Folders that exist already are left as they are."""
+    _check_under(root, path)
+    missing = []
+    for folder in [path, *path.parents]:
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    _check_under(root, path)  # a link planted while the folders were made
+
+
+def write_private(path: Path, data: bytes, root: Path) -> None:
+    """Replace ``path`` (under ``root``) by ``data`` atomically, readable by the owner only."""
+    private_dir(path.parent, root)
+    _check_under(root, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # created 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # a link at ``path`` is replaced, never followed
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_file(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace the file at ``path`` (a user's output file) by ``data`` atomically, owner-only
+    (0600): an interrupted write leaves the old file whole, never an empty or partial one."""
+    target = Path(path).absolute()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def append_line(path: Path, line: str, root: Path) -> None:
+    """Append one line to ``path`` (under ``root``), owner-only; a torn last line (a crash
+    mid-write) is closed first, so the new line starts on a line of its own."""
+    private_dir(path.parent, root)
+    _check_under(root, path)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        prefix = b""
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            prefix = b"\n"
+        os.write(fd, prefix + line.encode("utf-8", "surrogatepass") + b"\n")
+    finally:
+        os.close(fd)
+
+
+def read_private(path: Path, root: Path) -> bytes | None:
+    """The bytes of ``path`` (under ``root``), or None when it does not exist. A symbolic link
+    anywhere under ``root`` is refused, never followed."""
+    _check_under(root, path)
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise StorageError(f"refusing {path}: a symbolic link under {root}", path=str(path)) from None
+        raise StorageError(f"cannot read {path}: {exc.strerror or exc}", path=str(path)) from exc
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def remove(path: Path, root: Path) -> bool:
+    """Delete ``path`` (a file, or a folder and what it holds) under ``root``; links are removed,
+    never followed. Returns whether something was there."""
+    _check_under(root, path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        import shutil
+
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    return True
+
+
+def newest_mtime(path: Path) -> float:
+    """The newest modification time of a file, or of a folder and everything in it (links
+    are not followed)."""
+    newest = os.lstat(path).st_mtime
+    if os.path.isdir(path) and not os.path.islink(path):
+        for folder, dirs, files in os.walk(path):
+            for name in dirs + files:
+                try:
+                    newest = max(newest, os.lstat(os.path.join(folder, name)).st_mtime)
+                except OSError:
+                    continue
+    return newest
+
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "append_line",
+    "default_data_dir",
+    "expand_path",
+    "newest_mtime",
+    "private_dir",
+    "read_private",
+    "remove",
+    "resolve_data_dir",
+    "safe_name",
+    "write_file",
+    "write_private",
+]

@@ -1,0 +1,389 @@
+"""Carrying out a tier: what the core does with the plan a tier plugin returns.
+
+A tier plugin (the one the config selects for the tier's role) looks at the head and the tail
+and returns a :class:`~progressive_compactor.models.TierPlan`; :class:`TierRunner` carries it out:
+
+1. ``rewrite``: a pure function of the uncovered messages (observation masking);
+2. ``offload``: large tool results of the head (or of the part summarized, or with
+   ``offload_tail`` of everything) move out of the view, each leaving a placeholder and a handle;
+3. ``summarize``: the oldest messages fold into the summary, the split moved so that no tool call
+   is separated from its results and nothing of the protected tail is taken;
+4. ``fallback``: truncation to the token budget with no LLM call, after offloading everything
+   large; the dropped part's facts go into a mechanical compaction message.
+
+The loop guard: a summary larger than what it replaces falls back to truncation, and a Soft or
+Full compaction that leaves the view at Soft or above escalates one tier (Full, then Emergency)
+instead of coming back every turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+import attrs
+
+from . import anchors as anchor_fns
+from .config import CompactorConfig
+from .converters import EMERGENCY_CAUSE
+from .errors import FallbackError
+from .facts import extract_facts
+from .messages import fingerprint, group_start, replace_content, text_of
+from .models import (
+    CompactionTier,
+    Facts,
+    Message,
+    OffloadEntry,
+    SessionState,
+    SummaryRequest,
+    SummaryResult,
+    TierInput,
+    TierPlan,
+    TurnContext,
+)
+from .plugin_manager import Hooks
+from .redaction import SecretRegistry
+from .session_cache import SessionCache
+
+PLACEHOLDER_CHARS = 1700
+"""About the size of an offload placeholder, to judge what an offload saves before doing it."""
+MAX_HANDLES_LISTED = 20
+"""The compaction message lists the handles of this many of the latest offloaded results."""
+
+
+@attrs.define
+class Summarized:
+    """What the turn gets back for a SummaryRequest: a result, or why there is none."""
+
+    result: SummaryResult | None
+    error: str | None = None
+
+
+@attrs.define
+class TurnWork:
+    """The working state of one turn's compaction."""
+
+    session_id: str
+    context: TurnContext
+    state: SessionState
+    uncovered: list[Message]
+    stable: int
+    """``uncovered[:stable]`` may be folded into the summary; the rest is still being repaired."""
+    compaction: Message | None
+    errors: list[str] = attrs.Factory(list)
+    escalations: list[str] = attrs.Factory(list)
+    fallback: bool = False
+    offloaded: list[OffloadEntry] = attrs.Factory(list)
+    summarized: int = 0
+    summarizer_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    fallback_view: list[Message] | None = None
+    preserved: int = 0
+    """Messages after the compaction message kept as original text."""
+
+
+class TierRunner:
+    """Carries out tiers for one compactor (its config, hooks and secrets)."""
+
+    def __init__(self, config: CompactorConfig, hooks: Hooks, secrets: SecretRegistry):
+        self.config = config
+        self.hooks = hooks
+        self.secrets = secrets
+
+    def run(
+        self, cache: SessionCache, work: TurnWork, tier: CompactionTier, tokens: int
+    ) -> Generator[SummaryRequest, Summarized, CompactionTier]:
+        """Carry out ``tier``, escalating (Full, then Emergency) when the loop guard says so."""
+        window = self.config.context_window
+        while True:
+            tail_start = self._tail_start(work)
+            tier_input = TierInput(
+                tier=tier,
+                head=tuple(work.uncovered[:tail_start]),
+                tail=tuple(work.uncovered[tail_start:]),
+                view_tokens=tokens,
+                context_window=window,
+            )
+            plan = self.hooks.apply_tier(tier_input, work.context)
+            if plan is None:
+                if tier is not CompactionTier.EMERGENCY:
+                    return tier
+                plan = TierPlan(offload=True, offload_tail=True, fallback=True)
+            if plan.rewrite is not None:
+                work.uncovered = list(plan.rewrite(list(work.uncovered)))
+                work.stable = min(work.stable, len(work.uncovered))
+            count = 0
+            if plan.summarize > 0 and not plan.fallback:
+                count = self._split(work.uncovered, plan.summarize, min(tail_start, work.stable))
+            if plan.offload:
+                end = len(work.uncovered) if plan.offload_tail else (count or tail_start)
+                factor = plan.offload_break_factor if not (count or plan.fallback) else None
+                self._offload(work, end, factor)
+            if plan.fallback:
+                self._fallback(cache, work)
+                return CompactionTier.EMERGENCY
+            work.preserved = len(work.uncovered) - tail_start
+            if count > 0:
+                failure, grew = yield from self._summarize(cache, work, tier, count)
+                if failure and not grew:
+                    work.errors.append(failure)
+                    self._fallback(cache, work)
+                    return CompactionTier.EMERGENCY
+                if failure:
+                    work.escalations.append(failure)
+                work.preserved = len(work.uncovered)
+            if tier < CompactionTier.SOFT:
+                return tier
+            tokens = sum(self.hooks.estimate_tokens(self.assemble(cache, work)))
+            if self.hooks.determine_tier(tokens, window, work.context) < CompactionTier.SOFT:
+                return tier
+            work.escalations.append(
+                f"loop guard: {tier.label} left the view at {tokens / window:.0%} of the window; escalating"
+            )
+            tier = CompactionTier(tier + 1)
+
+    def _summarize(
+        self, cache: SessionCache, work: TurnWork, tier: CompactionTier, count: int
+    ) -> Generator[SummaryRequest, Summarized, tuple[str | None, bool]]:
+        """Fold ``work.uncovered[:count]`` into the summary.
+
+        Returns ``(cause, grew)``: ``(None, False)`` on success; a failure cause otherwise, with
+        ``grew`` true when the summary came back larger than what it replaces (the loop guard).
+        """
+        messages = work.uncovered[:count]
+        self.hooks.extract_memory(messages, work.session_id)
+        facts = self._facts(cache, work, count)
+        replaced = sum(self.hooks.estimate_tokens(messages))
+        previous = work.state
+        request = SummaryRequest(
+            messages=tuple(messages),
+            previous_summary=previous.summary,
+            previous_anchors=previous.anchors,
+            facts=facts,
+            session_id=work.session_id,
+            tier=tier,
+            max_summary_tokens=self.summary_budget,
+            replaced_tokens=replaced,
+        )
+        work.summarizer_calls += 1
+        answer = yield request
+        if answer.result is None:
+            return f"summarizer failed: {answer.error}", False
+        result = answer.result
+        work.tokens_in += result.tokens_in or 0
+        work.tokens_out += result.tokens_out or 0
+        parsed = self.hooks.parse_anchors(result.text) or anchor_fns.parse_markdown(result.text)
+        if parsed.missing:
+            work.errors.append(
+                "anchor parsing incomplete: " + ", ".join(t.value for t in parsed.missing) + " set to N/A"
+            )
+        merged = anchor_fns.ensure_facts(anchor_fns.merge_anchors(previous.anchors, parsed.anchors), facts)
+        state = attrs.evolve(
+            previous,
+            summary=parsed.prose or previous.summary,
+            anchors=merged,
+            covered=previous.covered + count,
+            covered_fingerprint=fingerprint(messages[-1]),
+            dropped_handles=self._dropped_handles(work, messages),
+        )
+        compaction = self.compaction_message(work.session_id, state)
+        old_tokens = sum(self.hooks.estimate_tokens([work.compaction])) if work.compaction else 0
+        new_tokens = self.hooks.estimate_tokens([compaction])[0]
+        if new_tokens >= old_tokens + replaced:
+            return (
+                f"loop guard: the summary ({new_tokens} tokens) is larger than what it replaces "
+                f"({old_tokens + replaced} tokens)",
+                True,
+            )
+        work.state = state
+        work.compaction = compaction
+        work.uncovered = work.uncovered[count:]
+        work.stable -= count
+        work.summarized += count
+        return None, False
+
+    def _fallback(self, cache: SessionCache, work: TurnWork) -> None:
+        """Truncate to the token budget with no LLM call; the dropped part's facts are kept.
+
+        Every large tool result of the uncovered part is offloaded first (the tail's too), so
+        that what truncation drops stays readable through its handle.
+        """
+        budget = int(self.config.fallback_budget * self.config.context_window)
+        work.fallback = True
+        work.errors.append(EMERGENCY_CAUSE)
+        self._offload(work, len(work.uncovered))
+        head = [cache.system] if cache.system is not None else []
+        dropped = 0
+        for _ in range(3):  # the compaction message depends on what is dropped: settle it
+            state = self._truncated_state(cache, work, dropped)
+            compaction = self.compaction_message(work.session_id, state) if state.covered else None
+            pinned = [*head, compaction] if compaction is not None else head
+            result = self.hooks.fallback_compact(pinned + work.uncovered, len(pinned), budget)
+            if result is None:
+                raise FallbackError("no fallback_compact plugin answered; fallback-token-budget is essential")
+            kept = result[len(pinned) :]
+            cut = _suffix_start(work.uncovered, kept)
+            if cut is None or cut == dropped:
+                break
+            dropped = cut
+        work.fallback_view = result
+        work.preserved = len(kept)
+        if cut is not None:
+            cut = min(cut, work.stable)
+            work.state = self._truncated_state(cache, work, cut)
+            work.compaction = compaction
+            work.summarized += cut
+            work.uncovered = work.uncovered[cut:]
+            work.stable -= cut
+
+    def _truncated_state(self, cache: SessionCache, work: TurnWork, cut: int) -> SessionState:
+        previous = work.state
+        if cut <= 0:
+            return previous
+        messages = work.uncovered[:cut]
+        facts = self._facts(cache, work, cut)
+        merged = anchor_fns.merge_anchors(previous.anchors, anchor_fns.facts_as_anchors(facts))
+        note = (
+            f"{cut} messages were dropped by emergency truncation without an LLM summary; "
+            "the anchors above were extracted from them mechanically."
+        )
+        return attrs.evolve(
+            previous,
+            summary=f"{previous.summary}\n\n{note}" if previous.summary else note,
+            anchors=anchor_fns.ensure_facts(merged, facts),
+            covered=previous.covered + cut,
+            covered_fingerprint=fingerprint(messages[-1]),
+            dropped_handles=self._dropped_handles(work, messages),
+        )
+
+    def _offload(self, work: TurnWork, end: int, break_factor: float | None = None) -> None:
+        """Offload the large tool results of ``work.uncovered[:end]``.
+
+        With ``break_factor`` (an offload that no summary follows, as at Warn), a result is
+        offloaded only when what it saves is worth the prompt-cache break: when the tokens after
+        it, which the provider must then read again at full price, are at most ``break_factor``
+        times the tokens it saves. An old result far up the view costs a re-read of everything
+        after it and saves a tenth of its size per call (cached tokens are cheap): it waits for
+        the summary, which breaks the cache anyway.
+        """
+        threshold = self.config.offload_threshold
+        offloaded = dict(work.state.offloaded)
+        changed = False
+        after: list[int] = []
+        counts: list[int] = []
+        if break_factor is not None:
+            counts = self.hooks.estimate_tokens(work.uncovered)
+            total = 0
+            for count in reversed(counts):
+                after.append(total)
+                total += count
+            after.reverse()
+        for i in range(min(end, len(work.uncovered))):
+            m = work.uncovered[i]
+            if m.role != "tool" or not m.tool_call_id or m.tool_call_id in offloaded:
+                continue
+            size = len(text_of(m))
+            if size <= threshold:
+                continue
+            if break_factor is not None and after[i] > break_factor * (counts[i] * (1 - PLACEHOLDER_CHARS / size)):
+                continue
+            try:
+                entry = self.hooks.offload(m, work.session_id, threshold)
+            except Exception as exc:  # noqa: BLE001 - keep the original, note the error
+                work.errors.append(f"offload of {m.tool_call_id} failed: {type(exc).__name__}: {exc}")
+                continue
+            if entry is None:
+                continue
+            offloaded[m.tool_call_id] = entry
+            work.offloaded.append(entry)
+            work.uncovered[i] = replace_content(m, entry.placeholder)
+            changed = True
+        if changed:
+            work.state = attrs.evolve(work.state, offloaded=offloaded)
+
+    # --- pieces -------------------------------------------------------------------------------
+
+    @property
+    def summary_budget(self) -> int:
+        """Tokens the summary may take (the user's request aside), from config and window."""
+        config = self.config
+        return max(min(config.max_summary_tokens, int(config.summary_share * config.context_window)), 200)
+
+    def compaction_message(self, session_id: str, state: SessionState) -> Message:
+        """The ``[Context Compaction]`` message that stands for what ``state`` covers."""
+        todo = self.hooks.todo_context(session_id) if session_id else []
+        anchors, prose = anchor_fns.fit_summary(
+            state.anchors or anchor_fns.empty_anchors(), state.summary or "", self.summary_budget * 4
+        )
+        text = anchor_fns.compaction_message_text(
+            anchors,
+            prose,
+            covered=state.covered,
+            handles=state.dropped_handles[-MAX_HANDLES_LISTED:],
+            todo=todo,
+        )
+        return Message(role="user", content=self.secrets.redact(text))
+
+    def compaction_message_for(self, session_id: str) -> Callable[[SessionState], Message]:
+        return lambda state: self.compaction_message(session_id, state)
+
+    def assemble(self, cache: SessionCache, work: TurnWork) -> list[Message]:
+        """The view as it stands: the fallback's, or system, compaction message and uncovered."""
+        if work.fallback_view is not None:
+            return list(work.fallback_view)
+        view = [cache.system] if cache.system is not None else []
+        if work.compaction is not None:
+            view.append(work.compaction)
+        return view + work.uncovered
+
+    def _facts(self, cache: SessionCache, work: TurnWork, count: int) -> Facts:
+        """Facts of ``work.uncovered[:count]``, read from the original messages: an offloaded
+        result's placeholder no longer shows the error line that its full text has."""
+        stable = min(count, work.stable)
+        originals = cache.originals(work.state.covered, stable, work.uncovered[stable:count])
+        facts = extract_facts(originals, intent_limit=self.config.intent_max_chars)
+        return attrs.evolve(facts, user_request=cache.first_request)
+
+    def _tail_start(self, work: TurnWork) -> int:
+        """Where the protected tail begins: never inside a tool call's results."""
+        start = max(len(work.uncovered) - self.config.min_tail_messages, 0)
+        return min(group_start(work.uncovered, start), work.stable)
+
+    @staticmethod
+    def _split(messages: Sequence[Message], count: int, limit: int) -> int:
+        """A split point near ``count`` but not past ``limit``: forward first, then back."""
+        count = min(count, limit)
+        index = count
+        while index < limit and messages[index].role == "tool":
+            index += 1
+        if index <= limit and (index >= len(messages) or messages[index].role != "tool"):
+            return index
+        return group_start(messages, count)
+
+    @staticmethod
+    def _dropped_handles(work: TurnWork, messages: Sequence[Message]) -> tuple[str, ...]:
+        handles = list(work.state.dropped_handles)
+        for m in messages:
+            entry = work.state.offloaded.get(m.tool_call_id or "") if m.role == "tool" else None
+            if entry is not None and entry.handle not in handles:
+                handles.append(entry.handle)
+        return tuple(handles)
+
+
+def _suffix_start(items: Sequence[Message], kept: Sequence[Message]) -> int | None:
+    """Where ``kept`` starts as a suffix of ``items``, or None if it is not one.
+
+    A fallback may shorten the content of a message it keeps, so messages are matched by role
+    and tool call id rather than by identity.
+    """
+    start = len(items) - len(kept)
+    if start < 0:
+        return None
+    for a, b in zip(items[start:], kept):
+        if a is not b and (a.role != b.role or a.tool_call_id != b.tool_call_id):
+            return None
+    return start
+
+
+__all__: list[Any] = ["TierRunner", "TurnWork", "Summarized"]
