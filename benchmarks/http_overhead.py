@@ -26,9 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fake_provider import FULL_ROUNDS, Behaviour, FakeProvider, compactor_settings, synthetic_history  # noqa: E402
-
-from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
+from fake_provider import FULL_ROUNDS, Behaviour, FakeProvider, compactor_settings, synthetic_history
+from progressive_compactor import CompactionTier, ProgressiveCompactor
 
 
 def median_ms(samples: list[float]) -> float:
@@ -71,7 +70,10 @@ def extractive_ms(root: Path, repeat: int) -> float:
     compactor = ProgressiveCompactor(
         "default",
         context_window=2000,
-        config={"offload-files": {"root": str(root / "x-offload")}, "store-jsonl": {"directory": str(root / "x-records")}},
+        config={
+            "offload-files": {"root": str(root / "x-offload")},
+            "store-jsonl": {"directory": str(root / "x-records")},
+        },
     )
     compactor.compact_with_record(history, "warm-up")
     samples = []
@@ -88,7 +90,9 @@ async def throughput(fake: FakeProvider, root: Path, sessions: int, rounds: int)
 
     history = synthetic_history("SESSION-MARKER-bench", FULL_ROUNDS)
     best_compact, best_bare = 0.0, 0.0
-    async with ProgressiveCompactor("default", **compactor_settings(fake.base_url, "openai", root / "async")) as compactor:
+    async with ProgressiveCompactor(
+        "default", **compactor_settings(fake.base_url, "openai", root / "async")
+    ) as compactor:
         await compactor.acompact_with_record(history, "warm-up")
         body = fake.requests[-1].raw
         for r in range(rounds):
@@ -125,8 +129,10 @@ def main() -> None:
         root = Path(tmp)
         rows = overhead_rows(fake, root, args.repeat)
         offline = extractive_ms(root, args.repeat)
-        print(f"Summarizing compaction vs a bare httpx POST of the same body ({args.repeat} runs, median; "
-              f"history of {2 * FULL_ROUNDS + 3} messages at ~82 % of a 2000-token window)")
+        print(
+            f"Summarizing compaction vs a bare httpx POST of the same body ({args.repeat} runs, median; "
+            f"history of {2 * FULL_ROUNDS + 3} messages at ~82 % of a 2000-token window)"
+        )
         print(f"{'protocol':<11}{'compaction ms':>15}{'bare POST ms':>14}{'overhead ms':>13}{'ratio':>8}")
         for protocol, compaction, bare in rows:
             print(f"{protocol:<11}{compaction:>15.2f}{bare:>14.2f}{compaction - bare:>13.2f}{compaction / bare:>8.2f}")
@@ -135,7 +141,9 @@ def main() -> None:
         for delay in (0.0, 0.05):
             fake.reset()
             fake.default = Behaviour(delay=delay)
-            print(f"Concurrent async sessions, one compactor, server latency {delay * 1000:.0f} ms (best of {args.rounds})")
+            print(
+                f"Concurrent async sessions, one compactor, server latency {delay * 1000:.0f} ms (best of {args.rounds})"
+            )
             print(f"{'sessions':<10}{'compactions/s':>15}{'bare POSTs/s':>14}{'ratio':>8}")
             for n in counts:
                 compact_rate, bare_rate = asyncio.run(throughput(fake, root, n, args.rounds))

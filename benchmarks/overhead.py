@@ -77,8 +77,10 @@ def main() -> None:
                 for tier, t, bare, n in replay(path, window, root, cold):
                     by_tier[tier].append((t, bare, n))
             print(f"\n{label} (window {window:,} tokens, {len(files)} sessions)")
-            print(f"{'tier':<10}{'calls':>7}{'median msgs':>13}{'call µs (median)':>18}"
-                  f"{'bare µs (median)':>18}{'ratio (sum/sum)':>17}")
+            print(
+                f"{'tier':<10}{'calls':>7}{'median msgs':>13}{'call µs (median)':>18}"
+                f"{'bare µs (median)':>18}{'ratio (sum/sum)':>17}"
+            )
             for tier in sorted(by_tier):
                 print_row(tier.label, by_tier[tier])
             none = by_tier.get(CompactionTier.NONE, [])
@@ -93,9 +95,11 @@ def main() -> None:
 def print_row(label: str, rows: list[tuple[float, float, int]]) -> None:
     calls = [r[0] for r in rows]
     bares = [r[1] for r in rows]
-    print(f"{label:<10}{len(rows):>7}{statistics.median(r[2] for r in rows):>13.0f}"
-          f"{statistics.median(calls) * 1e6:>18.1f}{statistics.median(bares) * 1e6:>18.1f}"
-          f"{sum(calls) / sum(bares):>17.2f}")
+    print(
+        f"{label:<10}{len(rows):>7}{statistics.median(r[2] for r in rows):>13.0f}"
+        f"{statistics.median(calls) * 1e6:>18.1f}{statistics.median(bares) * 1e6:>18.1f}"
+        f"{sum(calls) / sum(bares):>17.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ def run_one(policy: str, config_name: str, overrides: dict[str, Any], window: in
         "summarizer_tokens_out": r.summarizer_tokens_out,
         "tiers": dict(r.tier_counts),
         "cache_breaks": sum(
-            1 for a, b in zip(r.turns, r.turns[1:]) if b.cache_stable_tokens < a.view_tokens
+            1 for a, b in zip(r.turns, r.turns[1:], strict=False) if b.cache_stable_tokens < a.view_tokens
         ),
         "offloads": r.offloads,
         "compactor_ms_mean": 1000 * statistics.fmean(per_call) if per_call else 0.0,
@@ -137,10 +137,12 @@ def retention_mean(rows: list[dict[str, Any]], category: str) -> tuple[float | N
 
 def no_cache_cost(r: dict[str, Any]) -> float:
     """The session's cost if the provider had no prompt cache (cached input billed as input)."""
-    from progressive_compactor.pricing import DEFAULT_PRICES as P  # noqa: N811
+    from progressive_compactor.pricing import DEFAULT_PRICES as P
 
     fresh = r["input_tokens"] * P.input + r["output_tokens"] * P.output
-    return (fresh + r["summarizer_tokens_in"] * P.summarizer_input + r["summarizer_tokens_out"] * P.summarizer_output) / 1e6
+    return (
+        fresh + r["summarizer_tokens_in"] * P.summarizer_input + r["summarizer_tokens_out"] * P.summarizer_output
+    ) / 1e6
 
 
 def pct(x: float | None) -> str:
@@ -181,6 +183,11 @@ def window_table(window: int, by_policy: dict[str, list[dict[str, Any]]], refere
     return "\n".join(lines)
 
 
+def share(row: dict[str, Any], category: str) -> float:
+    kept, total = row["retention"][category]
+    return kept / total
+
+
 def paired_table(by_policy: dict[str, list[dict[str, Any]]], pairs: list[tuple[str, str]]) -> str:
     from progressive_compactor.lab.experiment import paired_difference
 
@@ -205,8 +212,7 @@ def paired_table(by_policy: dict[str, list[dict[str, Any]]], pairs: list[tuple[s
             if len(both) < 2:
                 cells.append("-")
                 continue
-            ratio = lambda r: r["retention"][c][0] / r["retention"][c][1]  # noqa: E731
-            e = paired_difference([ratio(ra[s]) for s in both], [ratio(rb[s]) for s in both])
+            e = paired_difference([share(ra[s], c) for s in both], [share(rb[s], c) for s in both])
             cells.append(f"{100 * e.mean:+.1f} pp [{100 * e.low:+.1f}, {100 * e.high:+.1f}]")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -274,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
 
     print(f"# Replay benchmark: {len(files)} sessions, windows {windows}, policies {names}")
-    print(f"(offline extractive summarizer unless noted; default price table; {elapsed:.0f} s on {args.workers} workers)\n")
+    print(
+        f"(offline extractive summarizer unless noted; default price table; {elapsed:.0f} s on {args.workers} workers)\n"
+    )
     for w in windows:
         by_policy = {n: [r for r in rows if r["window"] == w and r["policy"] == n] for n in names}
         print(f"## Window {w:,} tokens\n")

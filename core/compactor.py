@@ -176,13 +176,13 @@ class ProgressiveCompactor:
                 await closer()
         self.close()
 
-    def __enter__(self) -> "ProgressiveCompactor":
+    def __enter__(self) -> ProgressiveCompactor:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    async def __aenter__(self) -> "ProgressiveCompactor":
+    async def __aenter__(self) -> ProgressiveCompactor:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -209,6 +209,7 @@ class ProgressiveCompactor:
             while True:
                 try:
                     pending = self.hooks.asummarize(request)
+                    result: SummaryResult | None
                     if pending is not None:
                         result = await pending
                     else:
@@ -248,8 +249,8 @@ class ProgressiveCompactor:
         work = TurnWork(sid, context, state, [], stable=len(cache.uncovered), compaction=cache.compaction)
         work.errors += reset_errors
         repairs = cache.settled_repairs + recent.repairs
+        tier: CompactionTier = requested
         if requested is CompactionTier.NONE:
-            tier = requested
             out = cache.unchanged_view(recent)
             tokens_after = tokens_before
         else:
@@ -268,7 +269,16 @@ class ProgressiveCompactor:
                 self._save_state(sid, work.state, work.errors)
                 cache.refresh(work.state, self._tiers.compaction_message_for(sid))
         record = self._record(
-            sid, work, tier, requested, started, tokens_before, tokens_after, msgs_before, len(out), repairs,
+            sid,
+            work,
+            tier,
+            requested,
+            started,
+            tokens_before,
+            tokens_after,
+            msgs_before,
+            len(out),
+            repairs,
             cache.stable_prefix_tokens(out, tokens_after),
         )
         self.hooks.persist_record(record)

@@ -162,7 +162,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None,
@@ -198,7 +198,9 @@ def read_config_text(name_or_path: str | os.PathLike[str] | None) -> tuple[str, 
         return path.read_text("utf-8"), str(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            [f"cannot read config file: {getattr(exc, 'strerror', None) or exc} (bundled configs: {', '.join(BUNDLED)})"],
+            [
+                f"cannot read config file: {getattr(exc, 'strerror', None) or exc} (bundled configs: {', '.join(BUNDLED)})"
+            ],
             str(path),
         ) from exc
 

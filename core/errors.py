@@ -1,14 +1,14 @@
 """Every exception the library raises on purpose derives from :class:`CompactorError`::
 
-    CompactorError
-    ├── ConfigError           a config file or block is invalid (every problem, with its path)
-    ├── PluginError           a plugin cannot be found, imported or started
-    ├── InvalidMessagesError  what was passed is not a chat history
-    ├── SummarizerError       a summarizer failed (the turn falls back to truncation)
-    ├── StorageError          a file or record cannot be written or read safely
-    │   └── OffloadError      an offloaded tool result cannot be written or read
-    ├── StateConflictError    another turn of the same session is running
-    └── FallbackError         the essential truncation fallback broke its contract
+CompactorError
+├── ConfigError           a config file or block is invalid (every problem, with its path)
+├── PluginError           a plugin cannot be found, imported or started
+├── InvalidMessagesError  what was passed is not a chat history
+├── SummarizerError       a summarizer failed (the turn falls back to truncation)
+├── StorageError          a file or record cannot be written or read safely
+│   └── OffloadError      an offloaded tool result cannot be written or read
+├── StateConflictError    another turn of the same session is running
+└── FallbackError         the essential truncation fallback broke its contract
 """
 
 from __future__ import annotations

@@ -32,9 +32,7 @@ _FAILURE = re.compile(
     r"^(?:Error|ERROR|error|fatal|FAILED)\b[:\s]|No such file or directory",
     re.M,
 )
-_ERROR_LINE = re.compile(
-    r"(Error|Exception|error:|FAILED|failed|fatal|not found|No such file|denied|Traceback)", re.I
-)
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|failed|fatal|not found|No such file|denied|Traceback)", re.I)
 _NAMED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|\berror:|\bfatal:")
 _DECISION = re.compile(
     r"\b(I(?:'ll| will) use|decided|decision|instead of|the fix is|the (?:root )?cause is|"
@@ -57,7 +55,7 @@ def bound_text(text: str, limit: int) -> str:
     head = limit * 3 // 4
     tail = max(limit - head - 60, 0)
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail:] if tail else ''}"
+    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail :] if tail else ''}"
 
 
 def first_user_request(messages: Iterable[Message], limit: int) -> str | None:
@@ -115,7 +113,7 @@ def _files_in_command(command: str) -> tuple[list[str], list[str], list[str]]:
         edited += [p for p in (_clean_path(t) for t in pattern.findall(command)) if p and p not in created]
     for segment in re.split(r"&&|\|\||;|\||\n", command):
         words = segment.split()
-        if not words or words[0] not in _READ_COMMANDS and words[0] != "sed":
+        if not words or (words[0] not in _READ_COMMANDS and words[0] != "sed"):
             continue
         if "'" in segment or '"' in segment:  # shlex is slow: only where quotes need it
             try:

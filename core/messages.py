@@ -42,12 +42,11 @@ def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Mess
         content = tuple(content)
     elif not isinstance(content, str):
         raise InvalidMessagesError(
-            f"message {index}: content must be a string, null or a list of parts, "
-            f"got {type(content).__name__}",
+            f"message {index}: content must be a string, null or a list of parts, got {type(content).__name__}",
             index,
             data,
         )
-    tool_calls = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     raw_calls = data.get("tool_calls")
     if raw_calls:
         if not isinstance(raw_calls, list):
@@ -109,9 +108,7 @@ def message_to_dict(message: Message) -> dict[str, Any]:
 
 def _raw_matches(message: Message, raw: Mapping[str, Any]) -> bool:
     content = raw.get("content")
-    if content is not message.content and not (
-        isinstance(content, list) and tuple(content) == message.content
-    ):
+    if content is not message.content and not (isinstance(content, list) and tuple(content) == message.content):
         return False
     return (
         raw.get("role") == message.role
@@ -205,7 +202,7 @@ def view_problems(messages: Sequence[Message]) -> list[str]:
         if m.role == "tool":
             if m.tool_call_id not in pending:
                 problems.append(f"message {i}: tool result {m.tool_call_id!r} answers no open call")
-            pending.discard(m.tool_call_id)  # type: ignore[arg-type]
+            pending.discard(m.tool_call_id or "")
             continue
         if pending:
             problems.append(f"message {i}: tool calls {sorted(pending)} have no result")
@@ -258,7 +255,7 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
             result = messages[i]
             i += 1
             if result.tool_call_id in ids and result.tool_call_id not in answered:
-                answered.add(result.tool_call_id)  # type: ignore[arg-type]
+                answered.add(result.tool_call_id or "")
                 out.append(result)
             else:
                 stray.append(_late_result(result))
@@ -301,13 +298,12 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, lis
             text = text_of(m)
             system = text if system is None else system + "\n\n" + text
             continue
+        blocks: list[dict[str, Any]] = []
         if m.role == "tool":
-            role, blocks = "user", [
-                {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": text_of(m)}
-            ]
+            role = "user"
+            blocks.append({"type": "tool_result", "tool_use_id": m.tool_call_id, "content": text_of(m)})
         else:
             role = "assistant" if m.role == "assistant" else "user"
-            blocks = []
             text = text_of(m)
             if text:
                 blocks.append({"type": "text", "text": text})

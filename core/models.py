@@ -76,7 +76,8 @@ class AnchorType(str, enum.Enum):
     NEXT_STEP = "next_step"
 
     @property
-    def title(self) -> str:
+    def heading(self) -> str:
+        """The Markdown heading of this anchor in summary text (``User Intent``)."""
         return ANCHOR_TITLES[self]
 
 

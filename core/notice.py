@@ -1,7 +1,7 @@
 """The two-line notice of a compaction, for a terminal or a log::
 
-    ⚡ Context compressed [Full] 45.2K->8.1K tokens (82% compression ratio)
-       5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved
+⚡ Context compressed [Full] 45.2K->8.1K tokens (82% compression ratio)
+   5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def hooks_of(target: Any) -> list[str]:
     for attr in dir(target):
         try:
             member = getattr(target, attr)
-        except Exception:  # noqa: BLE001 - a property that fails on a class is no hook
+        except Exception:  # noqa: BLE001, S112 - a property that fails on a class is no hook
             continue
         options = getattr(member, IMPL_MARKER, None)
         if isinstance(options, dict):
@@ -212,7 +212,7 @@ def instantiate(name: str, target: Any, block: Mapping[str, Any], context: Plugi
         raise PluginError(f"plugin {name!r} failed to start: {type(exc).__name__}: {exc}", name) from exc
 
 
-def plugin_problems(config: CompactorConfig, extra: Mapping[str, Any] = {}) -> list[str]:  # noqa: B006
+def plugin_problems(config: CompactorConfig, extra: Mapping[str, Any] = {}) -> list[str]:
     """Every problem of the config's plugin selection and blocks, each with its path.
 
     Selected plugins must be installed (or among ``extra``, the caller's own ``name -> object``),
@@ -226,7 +226,7 @@ def plugin_problems(config: CompactorConfig, extra: Mapping[str, Any] = {}) -> l
         return [str(exc)]
     known = sorted(set(installed) | set(extra))
     problems: list[str] = []
-    where = {}
+    where: dict[str, list[str]] = {}
     for role, name in config.plugins.roles().items():
         where.setdefault(name, []).append(role)
     for name in config.plugins.stores:
@@ -322,6 +322,10 @@ def _close_all(pm: pluggy.PluginManager) -> None:
             closer()
 
 
+def _bad_plan(name: str, result: Any) -> TierPlan:
+    raise PluginError(f"plugin {name!r} returned {type(result).__name__} from apply_tier, not a TierPlan", name)
+
+
 class _PluginManager(pluggy.PluginManager):
     """A PluginManager that counts registrations, so the facade knows when to refresh its cache."""
 
@@ -399,9 +403,11 @@ class Hooks:
         for impl in self._h.apply_tier.get_hookimpls():
             if impl.plugin_name == name:
                 kwargs = {"tier_input": tier_input, "turn": turn}
-                result: TierPlan | None = impl.function(*[kwargs[a] for a in impl.argnames])
-                return result
-        raise PluginError(f"plugin {name!r}, selected for {TIER_ROLES[tier_input.tier]}, does not implement apply_tier", name)
+                result = impl.function(*[kwargs[a] for a in impl.argnames])
+                return result if isinstance(result, TierPlan) or result is None else _bad_plan(name, result)
+        raise PluginError(
+            f"plugin {name!r}, selected for {TIER_ROLES[tier_input.tier]}, does not implement apply_tier", name
+        )
 
     def offload(self, message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
         result: OffloadEntry | None = self._h.offload(message=message, session_id=session_id, threshold=threshold)

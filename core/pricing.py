@@ -65,7 +65,7 @@ class Cost:
     def total(self) -> float:
         return self.input + self.cached_input + self.output + self.summarizer
 
-    def __add__(self, other: "Cost") -> "Cost":
+    def __add__(self, other: Cost) -> Cost:
         return Cost(
             self.input + other.input,
             self.cached_input + other.cached_input,
@@ -109,4 +109,4 @@ def prices_from_mapping(data: Mapping[str, Any] | None, path: str = "$.pricing")
     return structure_config(dict(data or {}), PriceTable, path=path)
 
 
-__all__ = ["Cost", "DEFAULT_PRICES", "PriceTable", "call_cost", "prices_from_mapping"]
+__all__ = ["DEFAULT_PRICES", "Cost", "PriceTable", "call_cost", "prices_from_mapping"]

@@ -42,7 +42,9 @@ KEYWORD_OPTIONS = ("todo_injector", "memory_extractor", "record_store", "offload
 
 
 def make_config(
-    tmp_path: str | os.PathLike[str], config: CompactorConfig | str | Mapping[str, Any] | None = "default", **overrides: Any
+    tmp_path: str | os.PathLike[str],
+    config: CompactorConfig | str | Mapping[str, Any] | None = "default",
+    **overrides: Any,
 ) -> CompactorConfig:
     """A checked config with ``overrides`` applied whose files all live under ``tmp_path``.
 
@@ -52,7 +54,8 @@ def make_config(
     Plugin objects the config selects by name go in ``extra_plugins`` (a mapping).
     """
     if isinstance(config, Mapping):
-        config, overrides = "default", {**overrides, "config": dict(config)}
+        overrides = {**overrides, "config": dict(config)}
+        config = "default"
     extra = overrides.pop("extra_plugins", None)
     overrides = deep_merge({"data_dir": str(tmp_path)}, overrides)
     if isinstance(config, CompactorConfig):
@@ -89,7 +92,9 @@ def compactor_factory(tmp_path: Path) -> Iterator[Callable[..., ProgressiveCompa
     """
     built: list[ProgressiveCompactor] = []
 
-    def factory(config: CompactorConfig | str | Mapping[str, Any] | None = "default", **overrides: Any) -> ProgressiveCompactor:
+    def factory(
+        config: CompactorConfig | str | Mapping[str, Any] | None = "default", **overrides: Any
+    ) -> ProgressiveCompactor:
         compactor = make_compactor(tmp_path, config, **overrides)
         built.append(compactor)
         return compactor
@@ -168,7 +173,11 @@ def filler(chars: int, seed: str = "") -> str:
 
 
 def tool_call(call_id: str, command: str, name: str = "bash") -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps({"command": command})}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps({"command": command})},
+    }
 
 
 def tool_turn(
@@ -176,7 +185,11 @@ def tool_turn(
 ) -> list[dict[str, Any]]:
     """An assistant message with one tool call and the tool result of ``result_chars`` characters."""
     return [
-        {"role": "assistant", "content": text, "tool_calls": [tool_call(call_id, command or f"cat file_{call_id}.py", name)]},
+        {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [tool_call(call_id, command or f"cat file_{call_id}.py", name)],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": filler(result_chars, call_id)},
     ]
 
@@ -219,8 +232,8 @@ def problems(view: Sequence[Mapping[str, Any]]) -> list[str]:
 
 __all__ = [
     "ListStore",
-    "SecretRegistry",
     "RecordingSummarizer",
+    "SecretRegistry",
     "build_history",
     "compactor_factory",
     "estimate",

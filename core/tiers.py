@@ -380,10 +380,10 @@ def _suffix_start(items: Sequence[Message], kept: Sequence[Message]) -> int | No
     start = len(items) - len(kept)
     if start < 0:
         return None
-    for a, b in zip(items[start:], kept):
+    for a, b in zip(items[start:], kept, strict=False):
         if a is not b and (a.role != b.role or a.tool_call_id != b.tool_call_id):
             return None
     return start
 
 
-__all__: list[Any] = ["TierRunner", "TurnWork", "Summarized"]
+__all__: list[Any] = ["Summarized", "TierRunner", "TurnWork"]

@@ -150,10 +150,10 @@ def variant_data(
                 data[key] = base[key]
             else:
                 data.pop(key, None)
-        base_plugins = base.get("plugins") if isinstance(base.get("plugins"), Mapping) else {}
-        plugins = dict(data.get("plugins") or {}) if isinstance(data.get("plugins"), Mapping) else {}
-        blocks = dict(data.get("config") or {}) if isinstance(data.get("config"), Mapping) else {}
-        base_blocks = base.get("config") if isinstance(base.get("config"), Mapping) else {}
+        base_plugins = _mapping(base.get("plugins"))
+        plugins = dict(_mapping(data.get("plugins")))
+        blocks = dict(_mapping(data.get("config")))
+        base_blocks = _mapping(base.get("config"))
         defaults = CompactorConfig().plugins
         for role in ("stores", "state"):
             chosen = base_plugins.get(role, getattr(defaults, role))
@@ -166,6 +166,10 @@ def variant_data(
     data["variant"] = name
     data.pop("experiment", None)
     return data, source
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def experiment_problems(

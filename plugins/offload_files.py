@@ -46,7 +46,7 @@ _LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 def head_lines(text: str, count: int) -> list[str]:
     """The first ``count`` lines of ``text``, as ``text.splitlines()[:count]`` gives them, without
     splitting all of it (a tool result may be tens of megabytes)."""
-    lines = []
+    lines: list[str] = []
     start = 0
     for match in _LINE_BREAK.finditer(text):
         if len(lines) == count:
@@ -122,7 +122,9 @@ class FileOffloader:
                 if not os.path.lexists(id_file):
                     write_private(id_file, session_id.encode("utf-8", "surrogatepass"), self.root)
         except (OSError, StorageError) as exc:
-            raise OffloadError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}", handle, str(path)) from exc
+            raise OffloadError(
+                f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}", handle, str(path)
+            ) from exc
         self._cache.setdefault(key, sha)
         entry = OffloadEntry(
             tool_call_id=tool_call_id,

@@ -82,7 +82,9 @@ class FileState:
             state = state_from_json(data.decode("utf-8", "surrogatepass"))
         except Exception as exc:  # noqa: BLE001 - any unreadable file: set aside, start over
             aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
-            log.warning("session state %s is unreadable (%s); moved to %s, starting over", path, type(exc).__name__, aside)
+            log.warning(
+                "session state %s is unreadable (%s); moved to %s, starting over", path, type(exc).__name__, aside
+            )
             with contextlib.suppress(OSError):
                 os.replace(path, aside)
             self._read.pop(session_id, None)

@@ -48,16 +48,22 @@ class AnthropicSummarizer(HttpSummarizer):
     def read_reply(self, data: Any) -> Reply:
         blocks = require(data, "content")
         if not isinstance(blocks, list):
-            raise SummarizerError(f"missing field content in the reply (it is a {type(blocks).__name__}, not a list of blocks)")
+            raise SummarizerError(
+                f"missing field content in the reply (it is a {type(blocks).__name__}, not a list of blocks)"
+            )
         text = "\n".join(
-            b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+            b["text"]
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
         )
         stop = dig(data, "stop_reason")
         usage = dig(data, "usage")
         usage = usage if isinstance(usage, dict) else {}
         tokens_in = as_int(usage.get("input_tokens"))
         if tokens_in is not None:  # cached prompt tokens are input too, billed differently
-            tokens_in += sum(as_int(usage.get(k)) or 0 for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
+            tokens_in += sum(
+                as_int(usage.get(k)) or 0 for k in ("cache_read_input_tokens", "cache_creation_input_tokens")
+            )
         model = dig(data, "model")
         return Reply(
             text=text,

@@ -70,7 +70,7 @@ class ExtractiveSummarizer:
             if m.role != "user":
                 continue
             text = text_of(m).strip()
-            if not text or text == first and (request is None or text[:200] in request):
+            if not text or (text == first and (request is None or text[:200] in request)):
                 continue
             if text.startswith("<") or text.startswith("[Tool result for call"):
                 continue  # reminders, command echoes, repaired results
@@ -87,11 +87,7 @@ class ExtractiveSummarizer:
 
     def _prose(self, request: SummaryRequest, later: list[str]) -> str:
         roles = Counter(m.role for m in request.messages)
-        said = [
-            _one_line(text_of(m), 200)
-            for m in request.messages
-            if m.role == "assistant" and text_of(m).strip()
-        ]
+        said = [_one_line(text_of(m), 200) for m in request.messages if m.role == "assistant" and text_of(m).strip()]
         paragraph = (
             f"Compacted {len(request.messages)} messages ({roles['user']} from the user, "
             f"{roles['assistant']} from the assistant, {roles['tool']} tool results)."

@@ -19,6 +19,7 @@ import click
 from ..errors import CompactorError
 from ..hookspecs import hookimpl
 
+
 def replay_job(path: str, session_id: str, variant: str, config: Any, records_dir: str | None) -> dict[str, Any]:
     """Replay one session under one variant in a fresh compactor and temporary folder.
 
@@ -150,11 +151,25 @@ def ab() -> None:
 
 @ab.command("replay", short_help="Replay every session under every variant and compare.")
 @click.argument("corpus_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--experiment", "-e", "experiment_ref", required=True, help="Experiment YAML (path or bundled name, e.g. ab-example).")
-@click.option("--context-window", "-w", type=click.IntRange(min=1), help="Context window for every variant (overrides the file).")
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Processes replaying in parallel.")
+@click.option(
+    "--experiment",
+    "-e",
+    "experiment_ref",
+    required=True,
+    help="Experiment YAML (path or bundled name, e.g. ab-example).",
+)
+@click.option(
+    "--context-window", "-w", type=click.IntRange(min=1), help="Context window for every variant (overrides the file)."
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Processes replaying in parallel."
+)
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N sessions (by file name).")
-@click.option("--records-dir", type=click.Path(file_okay=False), help="Keep the replays' records here (for 'compactor ab report').")
+@click.option(
+    "--records-dir",
+    type=click.Path(file_okay=False),
+    help="Keep the replays' records here (for 'compactor ab report').",
+)
 @click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
@@ -227,7 +242,9 @@ def replay_command(
 @ab.command("report", short_help="The same comparison from records written by live traffic.")
 @click.argument("records_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--experiment", "-e", "experiment_ref", help="Experiment YAML: its control and price table.")
-@click.option("--control", help="Variant to compare against (default: the experiment's control, else the first by name).")
+@click.option(
+    "--control", help="Variant to compare against (default: the experiment's control, else the first by name)."
+)
 @click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")

@@ -62,7 +62,7 @@ class CompactorGroup(click.Group):
         standalone = kw.pop("standalone_mode", True)
         type(self).debug = bool(os.environ.get("COMPACTOR_DEBUG"))
         try:
-            result = super().main(args, prog_name or "compactor", *a, standalone_mode=False, **kw)
+            result = super().main(args, prog_name or "compactor", *a, standalone_mode=False, **kw)  # type: ignore[call-overload]
             code = result if isinstance(result, int) else 0
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "compactor"

@@ -49,9 +49,7 @@ def config_check(file: str, as_json: bool) -> None:
         raise click.exceptions.Exit(1)
 
 
-SECRET_KEY = re.compile(
-    r"(?i)^(?:.*[_-])?(?:api[_-]?key|key|secret|password|passwd|token|credentials?|authorization)$"
-)
+SECRET_KEY = re.compile(r"(?i)^(?:.*[_-])?(?:api[_-]?key|key|secret|password|passwd|token|credentials?|authorization)$")
 """Setting names whose values ``config show`` masks. ``api_key_env`` is not one: such settings
 hold the *name* of an environment variable, never its value."""
 URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")

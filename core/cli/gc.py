@@ -27,7 +27,9 @@ def parse_duration(value: str) -> float:
 
 def printable(session_id: str) -> str:
     """A session id as it can be printed on one line (quoted when it holds control characters)."""
-    return session_id if session_id.isprintable() and session_id.strip() == session_id and session_id else repr(session_id)
+    return (
+        session_id if session_id.isprintable() and session_id.strip() == session_id and session_id else repr(session_id)
+    )
 
 
 @click.command(short_help="Delete a session's files and records, or every old session.")
@@ -65,7 +67,7 @@ def gc(
             for sid in targets:
                 if sid in stored:
                     errors += compactor.delete_session(sid)
-    removed = [
+    removed: list[dict[str, Any]] = [
         {"session": sid, "where": [{"plugin": i.plugin, "where": i.where} for i in stored[sid]]}
         for sid in targets
         if sid in stored

@@ -49,9 +49,7 @@ def make_console(stream: IO[str] | None = None, *, stderr: bool = False) -> Cons
     if is_tty(stream):
         return Console(file=stream, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
     width = int(os.environ.get("COLUMNS", "0") or 0) or 120
-    return Console(
-        file=stream, force_terminal=False, color_system=None, no_color=True, highlight=False, width=width
-    )
+    return Console(file=stream, force_terminal=False, color_system=None, no_color=True, highlight=False, width=width)
 
 
 def notice_text(record: CompactionRecord) -> Text:
@@ -139,12 +137,12 @@ def summary_table(summaries: Sequence[Mapping[str, Any]]) -> Table:
     rows: list[tuple[str, Any]] = [
         ("context window", lambda s: f"{s['context_window']:,}"),
         ("turns", lambda s: f"{s['turns']:,}"),
-        *[
-            (f"turns at tier {t.label}", (lambda tier: lambda s: str(s["tiers"][tier.name.lower()]))(t))
-            for t in TIERS
-        ],
+        *[(f"turns at tier {t.label}", (lambda tier: lambda s: str(s["tiers"][tier.name.lower()]))(t)) for t in TIERS],
         ("compactions that changed the view", lambda s: str(s["view_changing_compactions"])),
-        ("peak view tokens", lambda s: f"{s['peak_view_tokens']:,} ({s['peak_view_tokens'] / s['context_window']:.0%})"),
+        (
+            "peak view tokens",
+            lambda s: f"{s['peak_view_tokens']:,} ({s['peak_view_tokens'] / s['context_window']:.0%})",
+        ),
         ("total input tokens sent", lambda s: f"{s['total_input_tokens']:,}"),
         ("cache-stable input tokens", lambda s: _share(s.get("cache_stable_tokens"), s["total_input_tokens"])),
         ("overflows (view > window)", lambda s: _overflow(s["overflows"])),
@@ -152,7 +150,10 @@ def summary_table(summaries: Sequence[Mapping[str, Any]]) -> Table:
         ("summarizer calls", lambda s: _summarizer(s)),
         ("facts kept in the final view", _retention),
         ("billed cost (USD)", lambda s: f"${s['cost_usd']['total']:.4f}" if s.get("cost_usd") else "-"),
-        ("compactor time", lambda s: f"{s['compactor_seconds']:.2f} s" if s.get("compactor_seconds") is not None else "-"),
+        (
+            "compactor time",
+            lambda s: f"{s['compactor_seconds']:.2f} s" if s.get("compactor_seconds") is not None else "-",
+        ),
     ]
     for label, cell in rows:
         table.add_row(label, *[cell(s) for s in summaries])

@@ -107,7 +107,7 @@ def run_replays(
 
     histories = [load_history(f) for f in files]
     isolated = isolated_config(cfg, directory)
-    for sid, source, messages in zip(session_ids(files), files, histories):
+    for sid, source, messages in zip(session_ids(files), files, histories, strict=False):
         if on_start is not None:
             on_start(sid, turn_count(messages))
         with ProgressiveCompactor(isolated) as compactor:
@@ -137,7 +137,12 @@ def work_folder(keep: str | None) -> Iterator[Path]:
     type=click.Path(file_okay=False),
     help="Keep offloaded results, records and state in this folder (default: a temporary folder, removed).",
 )
-@click.option("--verbose", "-v", is_flag=True, help="Also print turns whose tier changed nothing (a Warn with nothing to offload).")
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Also print turns whose tier changed nothing (a Warn with nothing to offload).",
+)
 @json_option
 def replay(
     files: tuple[str, ...], config: str, context_window: int | None, keep: str | None, verbose: bool, as_json: bool
@@ -162,7 +167,7 @@ def replay(
     show_bar = not as_json and is_tty(sys.stderr)
     summaries = []
     with work_folder(keep) as directory, replay_progress(err, disable=not show_bar) as progress:
-        task = None
+        task: Any = None
         # With a bar on a terminal, notices are printed above it (same terminal); otherwise to stdout.
         notices = progress.console if show_bar and is_tty(sys.stdout) else out
 

@@ -140,7 +140,9 @@ def check_template(template: PromptTemplate, where: str = "$.prompt_template") -
                 f"{', '.join('$' + n for n in unknown)}; known: {', '.join('$' + n for n in PLACEHOLDERS)} @ {where}"
             )
     if "messages" not in used and not problems:
-        problems.append(f"prompt template {template.source} never uses $messages, so the model would see no messages @ {where}")
+        problems.append(
+            f"prompt template {template.source} never uses $messages, so the model would see no messages @ {where}"
+        )
     if problems:
         raise ConfigError(problems)
     return template

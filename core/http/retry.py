@@ -214,11 +214,11 @@ def exchange(
                 raise error
             if not isinstance(outcome, HttpResponse):
                 raise SummarizerError(f"transport gave {type(outcome).__name__}, not a response")
-            error = status_error(outcome, describe)
-            if error is not None:
+            failure = status_error(outcome, describe)
+            if failure is not None:
                 if outcome.status in RETRY_AFTER_STATUSES:
                     retry_after = parse_retry_after(outcome.headers.get("retry-after"))
-                raise error
+                raise failure
             return parse(outcome)
         except SummarizerError as error:
             if not error.retryable:
@@ -238,7 +238,12 @@ def exchange(
                 ) from None
             why = f"Retry-After {delay:g}s" if retry_after is not None else f"backoff {delay:.2f}s"
             log.info(
-                "%s: %s; retrying (attempt %d of %d, %s)", label, redact(error.cause), attempt + 1, policy.max_attempts, why
+                "%s: %s; retrying (attempt %d of %d, %s)",
+                label,
+                redact(error.cause),
+                attempt + 1,
+                policy.max_attempts,
+                why,
             )
         yield Sleep(delay)
 
@@ -262,7 +267,7 @@ def run_sync(steps: Exchange[T], send: Callable[[Send], HttpResponse]) -> T:
             else:
                 try:
                     outcome = send(step)
-                except Exception as exc:  # classified by the exchange
+                except Exception as exc:  # noqa: BLE001 - classified by the exchange
                     outcome = exc
             step = steps.send(outcome)
     except StopIteration as stop:
@@ -281,7 +286,7 @@ async def run_async(steps: Exchange[T], send: Callable[[Send], Awaitable[HttpRes
             else:
                 try:
                     outcome = await send(step)
-                except Exception as exc:  # classified by the exchange
+                except Exception as exc:  # noqa: BLE001 - classified by the exchange
                     outcome = exc
             step = steps.send(outcome)
     except StopIteration as stop:

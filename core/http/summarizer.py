@@ -26,6 +26,10 @@ import attrs
 
 from ..errors import ConfigError, SummarizerError
 from ..hookspecs import hookimpl
+from ..models import SummaryRequest, SummaryResult
+from ..plugin_manager import PluginContext
+from ..redaction import SecretRegistry
+from .prompt import CHARS_PER_TOKEN, Prompt, build_prompt, load_template, replaced_budget_tokens
 from .retry import (
     HttpCall,
     HttpResponse,
@@ -39,10 +43,6 @@ from .retry import (
     run_async,
     run_sync,
 )
-from ..models import SummaryRequest, SummaryResult
-from ..plugin_manager import PluginContext
-from ..redaction import SecretRegistry
-from .prompt import CHARS_PER_TOKEN, Prompt, build_prompt, load_template, replaced_budget_tokens
 
 MISSING = object()
 
@@ -210,9 +210,7 @@ class HttpSummarizer:
             return None
         key = (os.environ.get(name) or "").strip()  # a stray newline would break the header
         if not key:
-            raise SummarizerError(
-                f"environment variable {name} (api_key_env) is not set; export the API key there"
-            )
+            raise SummarizerError(f"environment variable {name} (api_key_env) is not set; export the API key there")
         self.secrets.add(key)
         return key
 
@@ -296,7 +294,9 @@ class HttpSummarizer:
 
     @staticmethod
     async def _asend(client: Any, call: HttpCall, step: Send) -> HttpResponse:
-        response = await client.post(call.url, headers=dict(call.headers), content=call.body, timeout=httpx_timeout(step))
+        response = await client.post(
+            call.url, headers=dict(call.headers), content=call.body, timeout=httpx_timeout(step)
+        )
         return as_response(response)
 
     def _sync_client(self) -> Any:

@@ -81,7 +81,7 @@ class Experiment:
     def config_for(self, session_id: str) -> CompactorConfig:
         return self.variant(self.assign(session_id)).config
 
-    def with_overrides(self, **overrides: Any) -> "Experiment":
+    def with_overrides(self, **overrides: Any) -> Experiment:
         """Every variant's config with ``overrides`` laid over it (a window, a work folder)."""
         variants = tuple(attrs.evolve(v, config=_override(v.config, overrides)) for v in self.variants)
         return attrs.evolve(self, variants=variants, base=_override(self.base, overrides))
@@ -113,7 +113,9 @@ def assign_variant(session_id: str, weights: Sequence[tuple[str, float]], salt: 
     return [name for name, w in weights if w > 0][-1]
 
 
-def experiment_from_dict(data: Mapping[str, Any], source: str | None = None, directory: Path | None = None) -> Experiment:
+def experiment_from_dict(
+    data: Mapping[str, Any], source: str | None = None, directory: Path | None = None
+) -> Experiment:
     """Parse a whole config mapping (base plus ``experiment`` section) into an Experiment.
 
     The whole file goes through the one validation every config goes through, variants
@@ -235,7 +237,7 @@ def paired_difference(
     """Mean of ``treatment[i] - control[i]`` with a bootstrap CI over the pairs."""
     if len(treatment) != len(control):
         raise ValueError("paired samples must have the same length")
-    diffs = [t - c for t, c in zip(treatment, control)]
+    diffs = [t - c for t, c in zip(treatment, control, strict=False)]
     low, high = bootstrap_ci(diffs, resamples=resamples, seed=seed)
     return Estimate(statistics.fmean(diffs), low, high, len(diffs), True)
 
@@ -369,29 +371,33 @@ def compare(
     variants = list(per_variant)
     if not variants:
         raise ValueError("nothing to compare: no variant has any session")
-    control = control if control in per_variant else variants[0]
-    ordered = [control] + [v for v in variants if v != control]
+    chosen: str = control if control is not None and control in per_variant else variants[0]
+    ordered = [chosen] + [v for v in variants if v != chosen]
     rows = []
     for metric, label in METRICS:
         means: dict[str, float | None] = {}
         for v in ordered:
-            values = [m[metric] for m in per_variant[v].values() if m.get(metric) is not None]
-            means[v] = statistics.fmean(values) if values else None
+            values = _values(per_variant[v], metric)
+            means[v] = statistics.fmean(values.values()) if values else None
         diffs: dict[str, Estimate | None] = {}
-        base = per_variant[control]
+        base = _values(per_variant[chosen], metric)
         for v in ordered[1:]:
-            other = per_variant[v]
-            common = [s for s in other if s in base and other[s].get(metric) is not None and base[s].get(metric) is not None]
+            other = _values(per_variant[v], metric)
+            common = [s for s in other if s in base]
             if len(common) >= 2:
                 diffs[v] = paired_difference(
-                    [other[s][metric] for s in common], [base[s][metric] for s in common], resamples=resamples, seed=seed
+                    [other[s] for s in common], [base[s] for s in common], resamples=resamples, seed=seed
                 )
             else:
-                t = [m[metric] for m in other.values() if m.get(metric) is not None]
-                c = [m[metric] for m in base.values() if m.get(metric) is not None]
+                t, c = list(other.values()), list(base.values())
                 diffs[v] = unpaired_difference(t, c, resamples=resamples, seed=seed) if t and c else None
         rows.append(Row(metric, label, means, diffs))
-    return Comparison(control, tuple(ordered), {v: len(per_variant[v]) for v in ordered}, tuple(rows))
+    return Comparison(chosen, tuple(ordered), {v: len(per_variant[v]) for v in ordered}, tuple(rows))
+
+
+def _values(sessions: Mapping[str, Metrics], metric: str) -> dict[str, float]:
+    """``session -> value`` of one metric, for the sessions that have it."""
+    return {s: value for s, m in sessions.items() if (value := m.get(metric)) is not None}
 
 
 def comparison_to_dict(comparison: Comparison) -> dict[str, Any]:
@@ -404,9 +410,7 @@ def comparison_to_dict(comparison: Comparison) -> dict[str, Any]:
             row.metric: {
                 "label": row.label,
                 "means": dict(row.means),
-                "differences": {
-                    v: None if e is None else attrs.asdict(e) for v, e in row.differences.items()
-                },
+                "differences": {v: None if e is None else attrs.asdict(e) for v, e in row.differences.items()},
             }
             for row in comparison.rows
         },

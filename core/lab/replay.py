@@ -260,7 +260,7 @@ def replay_session(
 def _read(compactor: Any, handle: str) -> str | None:
     try:
         return compactor.read_tool_result(handle)
-    except Exception:  # a handle the view names but no plugin can read counts as not kept
+    except Exception:  # noqa: BLE001 - a handle the view names but no plugin can read counts as not kept
         return None
 
 
@@ -333,9 +333,9 @@ def session_files(directory: Any) -> list[Any]:
 
 __all__ = [
     "ReplayResult",
-    "isolated_config",
     "SummarizerMeter",
     "TurnMetrics",
+    "isolated_config",
     "read_session",
     "replay_session",
     "session_files",

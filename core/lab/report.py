@@ -163,7 +163,10 @@ def from_records(records: Sequence[CompactionRecord], thresholds: Mapping[str, f
         ("sessions", ", ".join(sorted({r.session_id for r in records}))),
         ("context window", f"{window:,}" if window else "not recorded"),
         *[(f"records at tier {t.label}", str(n)) for t, n in counts.items()],
-        ("offloads", f"{sum(c.offloads for c in compactions)} ({human_bytes(sum(c.offloaded_bytes for c in compactions))})"),
+        (
+            "offloads",
+            f"{sum(c.offloads for c in compactions)} ({human_bytes(sum(c.offloaded_bytes for c in compactions))})",
+        ),
         ("summarizer calls", str(sum(r.summarizer_calls for r in records))),
         ("first / last", f"{records[0].timestamp[:19]} / {records[-1].timestamp[:19]}"),
     ]
@@ -270,8 +273,13 @@ def view_figure(data: ReportData) -> Any:
             drop_y += [c.tokens_before, c.tokens_after, None]
         fig.add_trace(
             go.Scatter(
-                x=drop_x, y=drop_y, mode="lines", line=dict(color=colour, width=2),
-                legendgroup=tier.label, showlegend=False, hoverinfo="skip",
+                x=drop_x,
+                y=drop_y,
+                mode="lines",
+                line=dict(color=colour, width=2),
+                legendgroup=tier.label,
+                showlegend=False,
+                hoverinfo="skip",
             )
         )
         fig.add_trace(
@@ -321,8 +329,11 @@ def before_after_figure(data: ReportData) -> Any:
     fig = go.Figure()
     fig.add_trace(
         go.Bar(
-            x=names, y=[c.tokens_before for c in data.compactions], name="tokens before",
-            marker_color="#b0b0b0", hovertemplate="%{x}<br>before %{y:,}<extra></extra>",
+            x=names,
+            y=[c.tokens_before for c in data.compactions],
+            name="tokens before",
+            marker_color="#b0b0b0",
+            hovertemplate="%{x}<br>before %{y:,}<extra></extra>",
         )
     )
     fig.add_trace(
@@ -361,7 +372,9 @@ def offload_figure(data: ReportData) -> Any:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(
         go.Bar(
-            x=names, y=sizes, name="offloaded at this compaction (KB)",
+            x=names,
+            y=sizes,
+            name="offloaded at this compaction (KB)",
             marker_color=[TIER_COLOURS.get(c.tier, "#333") for c in data.compactions],
             customdata=[c.offloads for c in data.compactions],
             hovertemplate="%{x}<br>%{customdata} results, %{y:,.1f} KB<extra></extra>",
@@ -386,7 +399,9 @@ def offload_figure(data: ReportData) -> Any:
 
 def _empty_note(fig: Any, data: ReportData) -> None:
     if not data.compactions:
-        fig.add_annotation(text="no compaction in this session", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.add_annotation(
+            text="no compaction in this session", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"
+        )
 
 
 # --- the page ---------------------------------------------------------------------------------
