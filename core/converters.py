@@ -188,8 +188,13 @@ def upgrade_record_data(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("schema_version", 1) >= 2 or "error" not in data:
         return data
     data = dict(data)
-    causes = [c for c in str(data.pop("error") or "").split("; ") if c]
-    data["escalations"] = [c for c in causes if c.startswith("loop guard:") and "escalating" in c]
+    causes: list[str] = []
+    for piece in str(data.pop("error") or "").split("; "):
+        if piece == "escalating" and causes and causes[-1].startswith("loop guard:"):
+            causes[-1] += "; escalating"  # "loop guard: Soft left the view at N% of the window; escalating"
+        elif piece:
+            causes.append(piece)
+    data["escalations"] = [c for c in causes if c.startswith("loop guard:")]
     data["errors"] = [c for c in causes if c not in data["escalations"]]
     data["fallback"] = EMERGENCY_CAUSE in causes
     return data
