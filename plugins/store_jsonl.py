@@ -49,7 +49,7 @@ class JsonlStore:
         line = self.context.secrets.redact(record_to_json(record))
         append_line(self.path_for(record.session_id), line, self.directory)
 
-    @hookimpl
+    @hookimpl(trylast=True)
     def read_records(self, session_id: str) -> list[CompactionRecord] | None:
         path = self.path_for(session_id)
         return list(read_records_file(path)) if path.is_file() and not path.is_symlink() else None

@@ -145,7 +145,7 @@ def ab() -> None:
     """A/B experiments: compare compaction policies on recorded sessions or live records.
 
     \b
-    Example: compactor ab replay ../shared/corpus --experiment ab-example -w 16000
+    Example: compactor ab replay examples/sessions --experiment ab-example -w 16000
     """
 
 
@@ -191,7 +191,7 @@ def replay_command(
     tokens, overflows, invalid views and retention per category.
 
     \b
-    Example: compactor ab replay ../shared/corpus -e ab-example -w 16000 --limit 5
+    Example: compactor ab replay examples/sessions -e ab-example -w 16000 --limit 2
     """
     from ..lab.experiment import compare, comparison_to_dict, load_experiment
     from ..lab.replay import session_files
@@ -258,7 +258,7 @@ def report_command(
     seen under one variant only are compared as independent samples ("unpaired").
 
     \b
-    Example: compactor ab report ~/.compactor/compaction_records -e ab-example
+    Example: compactor ab report ab-records -e ab-example   (after: ab replay ... --records-dir ab-records)
     """
     from ..converters import read_records_file
     from ..lab.experiment import compare, comparison_to_dict, load_experiment, metrics_from_records
