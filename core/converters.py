@@ -121,6 +121,7 @@ def _format(exc: BaseException, kind: Any) -> str:
     if isinstance(exc, SettingError):
         return f"{exc}{_FIELD_MARK}{exc.field}" if exc.field else str(exc)
     if isinstance(exc, ForbiddenExtraKeysError):
+        kind = kind if attrs.has(kind) else getattr(exc, "cl", None)  # cattrs passes None for it
         names = [f.name for f in attrs.fields(kind)] if attrs.has(kind) else []
         return "; ".join(
             f"unknown setting {key!r}{did_you_mean(key, names)}" + (f" (settings: {', '.join(names)})" if names else "")
