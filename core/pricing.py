@@ -28,12 +28,14 @@ from typing import Any, Mapping
 
 import attrs
 
+from .converters import SettingError
+
 PER = 1_000_000
 
 
 def _not_negative(instance: Any, attribute: Any, value: float | None) -> None:
     if value is not None and not value >= 0:
-        raise ValueError(f"a price must be 0 or more (US dollars per million tokens), got {value}")
+        raise SettingError(f"a price must be 0 or more (US dollars per million tokens), got {value}", attribute.name)
 
 
 @attrs.frozen
