@@ -246,7 +246,7 @@ def config_file_problems(name_or_path: str | os.PathLike[str]) -> list[str]:
     try:
         config = load_config(name_or_path)
     except ConfigError as exc:
-        return exc.problems
+        return exc.problems + _start_problems(name_or_path, exc.problems)
     try:
         pm = get_plugin_manager(config)
     except ConfigError as exc:
@@ -258,6 +258,37 @@ def config_file_problems(name_or_path: str | os.PathLike[str]) -> list[str]:
         if callable(closer):
             closer()
     return []
+
+
+def _start_problems(name_or_path: str | os.PathLike[str], found: list[str]) -> list[str]:
+    """What the selected plugins whose blocks are clean say when they start (thresholds out of
+    order, an API key's variable unset), so that a bad block elsewhere does not hide it."""
+    from .errors import PluginError
+    from .plugin_manager import PluginContext, installed_plugins, instantiate, load_plugin_object
+
+    try:
+        data, _, directory = read_config_data(name_or_path)
+        config, _ = check_config_data(data, directory=directory)
+        installed = installed_plugins()
+    except (ConfigError, PluginError):
+        return []
+    problems: list[str] = []
+    for name in config.plugins.names():
+        where = f"@ $.config.{name}"
+        if name not in installed or any(p.endswith(where) or f"{where}." in p for p in found):
+            continue
+        try:
+            target = load_plugin_object(installed[name])
+            plugin = instantiate(name, target, config.plugin_block(name), PluginContext(config))
+        except ConfigError as exc:
+            problems += [p for p in exc.problems if p not in found]
+            continue
+        except Exception:  # noqa: BLE001, S112 - reported once the config is otherwise valid
+            continue
+        closer = getattr(plugin, "close", None)
+        if callable(closer):
+            closer()
+    return problems
 
 
 __all__ = [
