@@ -267,8 +267,10 @@ class ProgressiveCompactor:
             tokens_after = sum(self.hooks.estimate_tokens(view))
             if work.state is not state:
                 work.state = attrs.evolve(work.state, version=state.version + 1)
-                self._save_state(sid, work.state, work.errors)
-                cache.refresh(work.state, self._tiers.compaction_message_for(sid))
+                if self._save_state(sid, work.state, work.errors):
+                    cache.refresh(work.state, self._tiers.compaction_message_for(sid))
+                else:  # not saved: the next turn builds its view from the state that is stored
+                    cache.forget_view()
         record = self._record(
             sid,
             work,
@@ -355,14 +357,20 @@ class ProgressiveCompactor:
         reason = "session state did not match this history (another history under the same session id?); started over"
         return fresh, [reason, *errors]
 
-    def _save_state(self, sid: str, state: SessionState, errors: list[str]) -> None:
+    def _save_state(self, sid: str, state: SessionState, errors: list[str]) -> bool:
+        """Save ``state`` (compare-and-set); False, with the cause in ``errors``, when it was not."""
         try:
-            self.hooks.save_state(sid, state)
+            saved = self.hooks.save_state(sid, state)
         except Exception as exc:  # noqa: BLE001 - fail-open: the view stays valid
             errors.append(f"saving session state failed: {cause(exc)}")
+            return False
+        if saved is False:
+            errors.append("saving session state failed: another turn of this session saved its state first")
+            return False
         cache = self._caches.get(sid)
         if cache is not None:
             cache.verified = (state.covered, state.covered_fingerprint)
+        return True
 
 
 def checked(result: SummaryResult | None) -> Summarized:
