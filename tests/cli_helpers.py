@@ -30,16 +30,14 @@ def corpus_file(name: str = CORPUS_FILE) -> Path:
 
 
 def write_config(tmp_path: Path, context_window: int = 8000, **extra: Any) -> Path:
-    """A config whose offloads, records and state all live under ``tmp_path``."""
-    lines = [
-        f"context_window: {context_window}",
-        "plugins: {state: state-files}",
-        "config:",
-        f"  offload-files: {{root: '{tmp_path / 'tool_results'}'}}",
-        f"  store-jsonl: {{directory: '{tmp_path / 'records'}'}}",
-        f"  state-files: {{directory: '{tmp_path / 'state'}'}}",
-    ]
-    lines += [f"{k}: {json.dumps(v)}" for k, v in extra.items()]
+    """A config whose data folder (offloads, records and state) is ``tmp_path``, state in files.
+
+    ``extra`` are further top-level keys; a ``plugins`` mapping is laid over ``{state: state-files}``.
+    """
+    data: dict[str, Any] = {"context_window": context_window, "data_dir": str(tmp_path)}
+    data["plugins"] = {"state": "state-files", **extra.pop("plugins", {})}
+    data.update(extra)
+    lines = [f"{k}: {json.dumps(v)}" for k, v in data.items()]
     path = tmp_path / "compactor.yaml"
     path.write_text("\n".join(lines) + "\n", "utf-8")
     return path
@@ -53,10 +51,18 @@ def synthetic_history(rounds: int = 12) -> list[dict[str, Any]]:
     ]
     for i in range(rounds):
         size = 120 if i % 3 else 300
-        call = {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"cat file{i}.py"})}}
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": f"cat file{i}.py"})},
+        }
         messages.append({"role": "assistant", "content": f"Looking at file{i}.py", "tool_calls": [call]})
         messages.append(
-            {"role": "tool", "tool_call_id": f"call_{i}", "content": "\n".join(f"line {j} of file{i}.py" for j in range(size))}
+            {
+                "role": "tool",
+                "tool_call_id": f"call_{i}",
+                "content": "\n".join(f"line {j} of file{i}.py" for j in range(size)),
+            }
         )
     messages.append({"role": "assistant", "content": "Fixed."})
     return messages

@@ -87,7 +87,7 @@ def summary_text(markers: list[str], extra: str = "") -> str:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
-    server: "_Server"
+    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         pass
@@ -146,7 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_raw(200, b'{"id": "x", "choices": [{"message": {"content": "## User')
             return
         if b.kind == "missing":
-            self._send(200, {"id": "x", "object": "chat.completion"} if not anthropic else {"id": "x", "type": "message"})
+            self._send(
+                200, {"id": "x", "object": "chat.completion"} if not anthropic else {"id": "x", "type": "message"}
+            )
             return
         text = summary_text(record.markers)
         if b.kind == "empty":
@@ -178,7 +180,11 @@ class _Handler(BaseHTTPRequestHandler):
                         "finish_reason": "length" if b.kind == "length" else "stop",
                     }
                 ],
-                "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out},
+                "usage": {
+                    "prompt_tokens": tokens_in,
+                    "completion_tokens": tokens_out,
+                    "total_tokens": tokens_in + tokens_out,
+                },
             }
         self._send(200, payload)
 
@@ -199,7 +205,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     request_queue_size = 256  # many sessions connect at once
-    fake: "FakeProvider"
+    fake: FakeProvider
 
     def handle_error(self, request: Any, client_address: Any) -> None:  # resets are deliberate
         pass
@@ -254,10 +260,12 @@ class FakeProvider:
         with self._lock:
             self.in_flight -= 1
 
-    def start(self) -> "FakeProvider":
+    def start(self) -> FakeProvider:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="fake-provider", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="fake-provider", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -268,7 +276,7 @@ class FakeProvider:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeProvider":
+    def __enter__(self) -> FakeProvider:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -334,7 +342,9 @@ def synthetic_history(marker: str, rounds: int, result_chars: int = 300) -> list
             {
                 "role": "assistant",
                 "content": f"Step {i}: checking.",
-                "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}],
+                "tool_calls": [
+                    {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+                ],
             }
         )
         output = (f"case {i} output line\n" * 200)[:result_chars]
@@ -347,14 +357,12 @@ def compactor_settings(
     base_url: str, protocol: str, directory: Any, *, context_window: int = 2000, **block: Any
 ) -> dict[str, Any]:
     """Keyword arguments for ``ProgressiveCompactor("default", **settings)`` that select the
-    ``summarize-{protocol}`` plugin against ``base_url`` and keep every file under ``directory``."""
+    ``summarize-{protocol}`` plugin against ``base_url`` and keep every file under ``directory``
+    (the data folder: ``tool_results/``, ``records/``)."""
     name = f"summarize-{protocol}"
     return {
         "context_window": context_window,
+        "data_dir": str(directory),
         "plugins": {"summarizer": name},
-        "config": {
-            name: {"base_url": base_url, "api_key_env": None, **FAST_RETRIES, **block},
-            "offload-files": {"root": str(directory) + "/offload"},
-            "store-jsonl": {"directory": str(directory) + "/records"},
-        },
+        "config": {name: {"base_url": base_url, "api_key_env": None, **FAST_RETRIES, **block}},
     }

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from fake_provider import FULL_ROUNDS, MARKER, Behaviour, FakeProvider, compactor_settings, synthetic_history
-from progressive_compactor import AsyncSession, CompactionTier, ProgressiveCompactor
+from progressive_compactor import EMERGENCY_ERROR, AsyncSession, CompactionTier, ProgressiveCompactor
 from progressive_compactor.messages import message_from_dict, view_problems
 
 SESSIONS = 50
@@ -40,7 +40,9 @@ def test_fifty_sessions_each_get_their_own_summary(fake, tmp_path, protocol):
     fake.default = Behaviour(delay=0.05)  # hold each reply so that the requests overlap
 
     async def main():
-        async with ProgressiveCompactor("default", **compactor_settings(fake.base_url, protocol, tmp_path)) as compactor:
+        async with ProgressiveCompactor(
+            "default", **compactor_settings(fake.base_url, protocol, tmp_path)
+        ) as compactor:
             return await compact_all(compactor, SESSIONS)
 
     results = asyncio.run(main())
@@ -51,7 +53,7 @@ def test_fifty_sessions_each_get_their_own_summary(fake, tmp_path, protocol):
     for i, (sid, (view, record)) in enumerate(sorted(results.items(), key=lambda kv: int(kv[0].split("-")[1]))):
         own = marker(i)
         assert record.session_id == sid
-        assert record.tier is CompactionTier.FULL and record.error == ""
+        assert record.tier is CompactionTier.FULL and record.errors == ()
         assert set(MARKER.findall(record.summary_text)) == {own}
         compaction = view[1]["content"]
         assert "[Context Compaction]" in compaction
@@ -68,13 +70,18 @@ def test_concurrent_failures_all_fall_back_validly(fake, tmp_path):
     count = 20
 
     async def main():
-        async with ProgressiveCompactor("default", **compactor_settings(fake.base_url, "openai", tmp_path)) as compactor:
+        async with ProgressiveCompactor(
+            "default", **compactor_settings(fake.base_url, "openai", tmp_path)
+        ) as compactor:
             return await compact_all(compactor, count)
 
     results = asyncio.run(main())
     for view, record in results.values():
         assert record.tier is CompactionTier.EMERGENCY
-        assert "HTTP 503 Service Unavailable" in record.error and "gave up after 3 attempts" in record.error
+        assert record.fallback
+        failure, fallback = record.errors
+        assert failure.startswith("summarizer failed: summarize-openai: ") and fallback == EMERGENCY_ERROR
+        assert "HTTP 503 Service Unavailable" in failure and failure.endswith("(gave up after 3 attempts)")
         assert valid(view)
     assert len(fake.requests) == count * 3  # max_attempts each
 

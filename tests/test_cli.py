@@ -24,12 +24,12 @@ from progressive_compactor.cli import app as cli_mod
 from progressive_compactor.cli.app import cli as main
 from progressive_compactor.cli.gc import parse_duration
 from progressive_compactor.cli.records import parse_line_range
+from progressive_compactor.converters import read_records_file as read_records
+from progressive_compactor.lab.report import changed_view
 from progressive_compactor.messages import messages_from_dicts, view_problems
 from progressive_compactor.models import Anchor, AnchorType, CompactionRecord, CompactionTier, OffloadEntry
 from progressive_compactor.notice import notice as notification
 from progressive_compactor.plugin_manager import BUILTIN_PLUGINS, PluginInfo
-from progressive_compactor.converters import read_records_file as read_records
-from progressive_compactor.lab.report import changed_view
 
 
 def runner() -> CliRunner:
@@ -83,7 +83,17 @@ def _all_commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[
 
 def test_every_command_has_help_with_an_example() -> None:
     commands = _all_commands(main)
-    assert {("compact",), ("replay",), ("records",), ("show",), ("plugins",), ("config", "check"), ("config", "show"), ("gc",), ("report",)} <= set(commands)
+    assert {
+        ("compact",),
+        ("replay",),
+        ("records",),
+        ("show",),
+        ("plugins",),
+        ("config", "check"),
+        ("config", "show"),
+        ("gc",),
+        ("report",),
+    } <= set(commands)
     for path in [(), *commands]:
         result = run(*path, "--help")
         assert result.exit_code == 0, (path, result.output)
@@ -96,6 +106,14 @@ def test_version() -> None:
     assert result.stdout.startswith("compactor, version ")
 
 
+def test_the_console_script_is_a_plain_function(capsys: pytest.CaptureFixture[str]) -> None:
+    from progressive_compactor.cli import main as console_script
+
+    assert not isinstance(console_script, click.Command)
+    assert console_script(["--version"], standalone_mode=False) == 0
+    assert capsys.readouterr().out.startswith("compactor, version ")
+
+
 def test_unknown_command_and_option_are_one_line_usage_errors() -> None:
     assert "No such command 'nope'" in one_error_line(run("nope"))
     result = run("replay", "--frobnicate")
@@ -106,12 +124,23 @@ def test_unknown_command_and_option_are_one_line_usage_errors() -> None:
 def test_seed_notification_format_exactly() -> None:
     """Seed 5.4's example, reproduced from a record with the same numbers."""
     entries = tuple(
-        OffloadEntry(tool_call_id=f"c{i}", handle=f"s/c{i}", path="", chars=14_000, lines=1, sha256="") for i in range(3)
+        OffloadEntry(tool_call_id=f"c{i}", handle=f"s/c{i}", path="", chars=14_000, lines=1, sha256="")
+        for i in range(3)
     )
     record = CompactionRecord(
-        id="r", session_id="s", timestamp="", tier=CompactionTier.FULL, tokens_before=45_213, tokens_after=8_100,
-        msgs_before=40, msgs_after=8, anchors=tuple(Anchor(t) for t in AnchorType), offloaded=entries,
-        summarized=28, preserved_tail=6, compression_ratio=0.8209,
+        id="r",
+        session_id="s",
+        timestamp="",
+        tier=CompactionTier.FULL,
+        tokens_before=45_213,
+        tokens_after=8_100,
+        msgs_before=40,
+        msgs_after=8,
+        anchors=tuple(Anchor(t) for t in AnchorType),
+        offloaded=entries,
+        summarized=28,
+        preserved_tail=6,
+        compression_ratio=0.8209,
     )
     assert notification(record) == (
         "⚡ Context compressed [Full] 45.2K->8.1K tokens (82% compression ratio)\n"
@@ -192,7 +221,10 @@ def test_tool_message_without_id_and_empty_file(tmp_path: Path, cfg: Path) -> No
     "make_config, expected",
     [
         (lambda d: d, "cannot read config file: Is a directory"),
-        (lambda d: (d / "bin.yaml", (d / "bin.yaml").write_bytes(b"\xff\xfe\x00"))[0], "cannot read config file: 'utf-8' codec"),
+        (
+            lambda d: (d / "bin.yaml", (d / "bin.yaml").write_bytes(b"\xff\xfe\x00"))[0],
+            "cannot read config file: 'utf-8' codec",
+        ),
         (lambda d: d / "missing.yaml", "cannot read config file: No such file or directory"),
         (lambda d: (d / "y.yaml", (d / "y.yaml").write_text("a: [1\n"))[0], "invalid YAML at line 2"),
     ],
@@ -227,11 +259,37 @@ def test_replay_prints_each_compaction_and_a_summary(tmp_path: Path, cfg: Path, 
     notices = [m.group(0) for m in NOTICE.finditer(result.stdout)]
     assert notices == [notification(r) for r in changed]
     turns = sum(1 for i, m in enumerate(synthetic_history()) if i and m["role"] == "assistant")
-    table = result.stdout[result.stdout.index("Replay summary"):]
+    table = result.stdout[result.stdout.index("Replay summary") :]
     assert "│ turns " in table and f" {turns} │" in table
-    for label in ("turns at tier Soft", "peak view tokens", "total input tokens sent", "overflows", "offloads", "summarizer calls"):
+    for label in (
+        "turns at tier Soft",
+        "peak view tokens",
+        "total input tokens sent",
+        "overflows",
+        "offloads",
+        "summarizer calls",
+    ):
         assert label in table
-    assert f"compactor records {keep / 'records' / 'sess.jsonl'}" in result.stdout
+    assert f"kept in {keep}: tool_results/, records/" in result.stdout
+    assert f"read the records with: compactor records sess --data-dir {keep}" in result.stdout
+    # a replay never writes where the config's own stores keep data (here: tmp_path)
+    assert not any((tmp_path / name).exists() for name in ("records", "tool_results", "state"))
+
+
+def test_what_a_replay_kept_is_read_with_data_dir(tmp_path: Path, cfg: Path, session: Path) -> None:
+    keep = tmp_path / "kept"
+    assert run("replay", session, "-c", cfg, "--keep", keep).exit_code == 0
+    kept = list(read_records(keep / "records" / "sess.jsonl"))
+    listed = run("records", "sess", "-c", cfg, "--data-dir", keep, "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [r.id for r in kept]
+    entry = next(e for r in kept for e in r.offloaded)
+    original = next(m["content"] for m in synthetic_history() if m.get("tool_call_id") == entry.tool_call_id)
+    shown = run("show", entry.handle, "-c", cfg, "--data-dir", keep)
+    assert shown.exit_code == 0 and shown.stdout == original + "\n"
+    assert not (keep / "state").exists()  # state lives in memory during a replay
+    missing = run("records", "sess", "-c", cfg)  # the config's own folder holds nothing
+    assert "no records for session 'sess'" in one_error_line(missing)
 
 
 def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: Path) -> None:
@@ -293,7 +351,9 @@ class _Tty(io.StringIO):
 
 
 @pytest.mark.parametrize("tty, no_color, coloured", [(True, False, True), (True, True, False), (False, False, False)])
-def test_colour_follows_no_color_and_tty(monkeypatch: pytest.MonkeyPatch, tty: bool, no_color: bool, coloured: bool) -> None:
+def test_colour_follows_no_color_and_tty(
+    monkeypatch: pytest.MonkeyPatch, tty: bool, no_color: bool, coloured: bool
+) -> None:
     from progressive_compactor.cli.render import make_console
 
     monkeypatch.setenv("FORCE_COLOR", "1")  # must not colour a pipe
@@ -334,11 +394,15 @@ def test_records_skips_a_torn_last_line_with_a_warning(tmp_path: Path, cfg: Path
 
 def test_records_errors(tmp_path: Path, cfg: Path) -> None:
     line = one_error_line(run("records", "no-such-session", "-c", cfg))
-    assert "no records for session 'no-such-session'" in line and str(tmp_path / "records") in line
+    assert line == (
+        f"error: no records for session 'no-such-session': no store of config '{cfg}' (stores: store-jsonl) "
+        "holds any; pass a records JSONL path instead"
+    )
     assert one_error_line(run("records", tmp_path / "x.jsonl")) == f"error: {tmp_path / 'x.jsonl'}: no such file"
     none = tmp_path / "none.yaml"
-    none.write_text("plugins: {stores: []}\n", "utf-8")
-    assert "needs the store-jsonl plugin" in one_error_line(run("records", "sess", "-c", none))
+    none.write_text(f"data_dir: '{tmp_path}'\nplugins: {{stores: []}}\n", "utf-8")
+    line = one_error_line(run("records", "sess", "-c", none))
+    assert line.startswith("error: no records for session 'sess': no store of config") and "(stores: none)" in line
 
 
 def test_show_whole_and_line_range(tmp_path: Path, cfg: Path, session: Path) -> None:
@@ -380,7 +444,7 @@ def test_plugins_lists_hooks_and_selection(cfg: Path) -> None:
     assert {"offload", "read_offloaded", "on_delete_session"} <= set(rows["offload-files"]["hooks"])
     assert rows["summarize-extractive"]["selected"] == ["summarizer"]
     assert rows["state-files"]["selected"] == ["state"] and rows["state-memory"]["selected"] == []
-    assert rows["store-jsonl"]["selected"] == ["store"]
+    assert rows["store-jsonl"]["selected"] == ["stores"]
     assert rows["tokens-chars"]["distribution"] == "progressive-compactor"
     table = run("plugins", "-c", cfg)
     assert "summarize-extractive" in table.stdout and "summarizer" in table.stdout
@@ -390,7 +454,9 @@ def test_a_broken_plugin_shows_its_error(monkeypatch: pytest.MonkeyPatch, cfg: P
     from progressive_compactor import plugin_manager
 
     real = plugin_manager.installed_plugins()
-    broken = PluginInfo(name="broken-thing", distribution="broken-dist", version="9.9", value="no_such_module_xyz:Plugin")
+    broken = PluginInfo(
+        name="broken-thing", distribution="broken-dist", version="9.9", value="no_such_module_xyz:Plugin"
+    )
     monkeypatch.setattr(plugin_manager, "installed_plugins", lambda: {**real, "broken-thing": broken})
     result = run("plugins", "-c", cfg, "--json")
     assert result.exit_code == 0, result.output
@@ -424,17 +490,34 @@ def test_config_check_reports_every_problem_with_its_path(tmp_path: Path) -> Non
     lines = result.stdout.splitlines()
     assert all(line.startswith(f"{bad}: ") and " @ $" in line for line in lines)
     paths = {line.rsplit(" @ ", 1)[1].split(";")[0] for line in lines}
+    # state-files is installed but not selected (state: state-memory): its block is kept unused
     assert paths == {
         "$.plugins.summarizer",
-        "$.config.state-files",
         "$.config.policy-thresholds",
         "$.config.offload-files.preview_lines",
         "$.config.offload-files",
         "$.config.store-jsonl.directory",
     }
-    assert result.stderr == f"error: 6 problems in {bad}\n"
+    assert any("unknown plugin 'summarize-nope'; did you mean 'summarize-openai'?" in line for line in lines)
+    assert any("unknown setting 'rooot'; did you mean 'root'?" in line for line in lines)
+    assert any("0 < warn <= soft <= full <= emergency" in line for line in lines)  # not hidden by the others
+    assert result.stderr == f"error: 5 problems in {bad}\n"
     as_json = json.loads(run("config", "check", bad, "--json").stdout)
-    assert as_json["ok"] is False and len(as_json["problems"]) == 6
+    assert as_json["ok"] is False and len(as_json["problems"]) == 5
+
+
+def test_config_check_duplicate_keys_and_a_block_for_a_plugin_nobody_installed(tmp_path: Path) -> None:
+    bad = tmp_path / "typo.yaml"
+    bad.write_text("config:\n  store-jsnl: {record_none: true}\ncontext_window: 1000\ncontext_window: 2000\n", "utf-8")
+    assert run("config", "check", bad).stdout.splitlines() == [
+        f"{bad}: invalid YAML at line 4, column 1: duplicate key 'context_window' (first on line 3); "
+        "each key may appear once"
+    ]
+    bad.write_text("config:\n  store-jsnl: {record_none: true}\n", "utf-8")
+    assert run("config", "check", bad).stdout.splitlines() == [
+        f"{bad}: settings for plugin 'store-jsnl', which is not installed; did you mean 'store-jsonl'? "
+        "@ $.config.store-jsnl"
+    ]
 
 
 def test_config_check_unreadable(tmp_path: Path) -> None:
@@ -447,6 +530,8 @@ def test_config_show_fills_defaults(cfg: Path) -> None:
 
     data = yaml.safe_load(run("config", "show", cfg).stdout)
     assert data["context_window"] == 8000 and data["min_tail_messages"] == 6
+    assert data["data_dir"] == str(cfg.parent)
+    assert data["config"]["offload-files"]["root"] == "{data_dir}/tool_results"
     assert data["config"]["offload-files"]["preview_chars"] == 1500  # a plugin default, not in the file
     assert data["config"]["policy-thresholds"]["soft"] == 0.7
     assert data["pricing"]["input"] > 0
@@ -463,15 +548,37 @@ def test_config_show_never_prints_secrets(monkeypatch: pytest.MonkeyPatch) -> No
         assert result.exit_code == 0, result.output
         assert "secret-value" not in result.stdout
         assert "_API_KEY" in result.stdout  # the variable's name is shown, never its value
-    masked = cli_mod._masked({"api_key": "sk-1", "api_key_env": "OPENAI_API_KEY", "max_tokens": 5, "tokens": "tokens-chars", "nested": [{"password": "p"}]})
-    assert masked == {"api_key": "***", "api_key_env": "OPENAI_API_KEY", "max_tokens": 5, "tokens": "tokens-chars", "nested": [{"password": "***"}]}
+    from progressive_compactor.cli.config import masked as mask
+
+    masked = mask(
+        {
+            "api_key": "sk-1",
+            "api_key_env": "OPENAI_API_KEY",
+            "max_tokens": 5,
+            "tokens": "tokens-chars",
+            "nested": [{"password": "p"}],
+        }
+    )
+    assert masked == {
+        "api_key": "***",
+        "api_key_env": "OPENAI_API_KEY",
+        "max_tokens": 5,
+        "tokens": "tokens-chars",
+        "nested": [{"password": "***"}],
+    }
+    assert mask({"dsn": "postgresql://me:hunter2@db/records"}) == {"dsn": "postgresql://me:***@db/records"}
 
 
 # --- gc ---------------------------------------------------------------------------------------
 
 
 def _session_paths(tmp_path: Path, sid: str) -> list[Path]:
-    return [tmp_path / "tool_results" / sid, tmp_path / "records" / f"{sid}.jsonl", tmp_path / "state" / f"{sid}.json"]
+    return [
+        tmp_path / "tool_results" / sid,
+        tmp_path / "records" / f"{sid}.jsonl",
+        tmp_path / "state" / f"{sid}.json",
+        tmp_path / "state" / f"{sid}.lock",
+    ]
 
 
 def test_gc_session_cascades(tmp_path: Path, cfg: Path, session: Path) -> None:
@@ -482,7 +589,26 @@ def test_gc_session_cascades(tmp_path: Path, cfg: Path, session: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0] == "removed session sess"
     assert not any(p.exists() for p in paths)
-    assert all(str(p) in result.stdout for p in paths)
+    assert all(str(p) in result.stdout for p in paths if p.suffix != ".lock")
+    again = run("gc", "sess", "-c", cfg)
+    assert again.exit_code == 0 and "session sess: nothing stored" in again.stderr
+
+
+def test_commands_take_a_data_dir(tmp_path: Path, session: Path) -> None:
+    data = tmp_path / "data"
+    compacted = run("compact", session, "-w", "8000", "--data-dir", data, "--json")
+    assert compacted.exit_code == 0, compacted.output
+    record = json.loads(compacted.stdout)["record"]
+    handle = record["offloaded"][0]["handle"]
+    assert (data / "records" / "sess.jsonl").is_file() and (data / "tool_results" / "sess").is_dir()
+    listed = run("records", "sess", "--data-dir", data, "--json")
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [record["id"]]
+    assert run("show", handle, "--data-dir", data).exit_code == 0
+    assert "no offloaded tool result" in one_error_line(run("show", handle, "--data-dir", tmp_path / "empty"))
+    removed = run("gc", "sess", "--data-dir", data, "--json")
+    assert removed.exit_code == 0, removed.output
+    assert {w["plugin"] for w in json.loads(removed.stdout)["removed"][0]["where"]} == {"store-jsonl", "offload-files"}
+    assert not (data / "records" / "sess.jsonl").exists() and not (data / "tool_results" / "sess").exists()
 
 
 def _age(paths: list[Path], seconds: float) -> None:
@@ -515,34 +641,62 @@ def test_gc_arguments(cfg: Path) -> None:
     assert "expected a duration" in one_error_line(run("gc", "--older-than", "soon", "-c", cfg))
 
 
-@pytest.mark.parametrize("text, seconds", [("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("2w", 14 * 86400), ("1d12h", 129600), ("45s", 45)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("2w", 14 * 86400), ("1d12h", 129600), ("45s", 45)],
+)
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-# --- the optional ab group --------------------------------------------------------------------
+# --- commands of other packages (the ab group is one) -------------------------------------------
 
 
-def test_lazy_ab_group(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "fake_ab_ok.py").write_text(
-        "import click\n@click.group()\ndef ab():\n    '''A/B.\n\n    Example: compactor ab run\n    '''\n"
-        "@ab.command()\ndef run():\n    click.echo('ab ran')\n",
+def test_the_ab_group_is_added_through_the_cli_entry_point_group() -> None:
+    assert "ab" in main.commands
+    assert {"replay", "report"} <= set(main.commands["ab"].commands)
+    assert "\n  ab " in run("--help").stdout
+
+
+def test_packages_add_commands_and_a_broken_one_does_not_take_the_cli_down(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from importlib import metadata
+
+    from progressive_compactor.cli.hookspecs import GROUP as CLI_GROUP
+
+    (tmp_path / "fake_cli_ok.py").write_text(
+        "import click\n"
+        "from progressive_compactor import hookimpl\n"
+        "@click.command()\n"
+        "def hello():\n"
+        "    '''Say hello.\n\n    Example: compactor hello\n    '''\n"
+        "    click.echo('hello ran')\n"
+        "@hookimpl\n"
+        "def register_commands(cli):\n"
+        "    cli.add_command(hello)\n",
         "utf-8",
     )
-    (tmp_path / "fake_ab_broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
+    (tmp_path / "fake_cli_broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
+    (tmp_path / "fake_cli_raises.py").write_text(
+        "from progressive_compactor import hookimpl\n"
+        "@hookimpl\n"
+        "def register_commands(cli):\n"
+        "    raise ValueError('no room')\n",
+        "utf-8",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-
-    monkeypatch.setattr(cli_mod, "LAZY_COMMANDS", {"ab": ("fake_ab_missing_module", "ab")})
-    assert "\n  ab " not in run("--help").stdout
-    assert run("ab").exit_code == 2
-
-    monkeypatch.setattr(cli_mod, "LAZY_COMMANDS", {"ab": ("fake_ab_ok", "ab")})
-    assert "\n  ab " in run("--help").stdout
-    assert run("ab", "run").stdout == "ab ran\n"
-
-    monkeypatch.setattr(cli_mod, "LAZY_COMMANDS", {"ab": ("fake_ab_broken", "ab")})
-    assert run("--version").exit_code == 0  # the rest of the CLI still works
-    assert "failed to load: RuntimeError: boom at import" in one_error_line(run("ab"))
+    eps = [metadata.EntryPoint(n, f"fake_cli_{n}", CLI_GROUP) for n in ("ok", "broken", "raises")]
+    monkeypatch.setattr(cli_mod.metadata, "entry_points", lambda group: eps if group == CLI_GROUP else [])
+    group = cli_mod.CompactorGroup("compactor", context_settings=cli_mod.CONTEXT)
+    monkeypatch.setattr(cli_mod, "cli", group)
+    cli_mod._add_plugin_commands()
+    assert set(group.commands) == {"hello", "broken", "raises"}
+    assert runner().invoke(group, ["hello"]).stdout == "hello ran\n"
+    broken = runner().invoke(group, ["broken"])
+    assert one_error_line(broken) == "error: the 'broken' command failed to load: RuntimeError: boom at import"
+    raises = runner().invoke(group, ["raises"])
+    assert one_error_line(raises) == "error: the 'raises' command failed to load: ValueError: no room"
 
 
 def test_replay_many_sessions_one_row_each_with_totals(tmp_path: Path, cfg: Path, session: Path) -> None:
@@ -552,7 +706,9 @@ def test_replay_many_sessions_one_row_each_with_totals(tmp_path: Path, cfg: Path
     assert result.exit_code == 0, result.output
     totals = next(line for line in result.stdout.splitlines() if "3 sessions" in line).split()
     assert totals[2] == f"{sum(o['turns'] for o in as_json):,}"
-    assert totals[3] == "/".join(str(sum(o["tiers"][t] for o in as_json)) for t in ("warn", "soft", "full", "emergency"))
+    assert totals[3] == "/".join(
+        str(sum(o["tiers"][t] for o in as_json)) for t in ("warn", "soft", "full", "emergency")
+    )
 
 
 def test_replay_again_into_the_same_keep_folder_starts_afresh(tmp_path: Path, cfg: Path, session: Path) -> None:

@@ -9,9 +9,9 @@ import pytest
 
 from progressive_compactor import CompactorConfig, ConfigError, PluginSelection, ProgressiveCompactor, load_config
 from progressive_compactor.config import BUNDLED, config_to_dict, deep_merge
-from progressive_compactor.validation import config_from_dict
 from progressive_compactor.plugins.offload_files import FileOffloader
 from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
+from progressive_compactor.validation import config_from_dict
 
 
 def test_the_defaults_are_the_seeds():
@@ -41,32 +41,98 @@ def test_the_default_config_matches_the_code_defaults():
 @pytest.mark.parametrize(
     "overrides, problem",
     [
-        ({"bogus": 1}, "extra fields found (bogus) @ $"),
+        ({"bogus": 1}, "unknown setting 'bogus' @ $.bogus"),
+        ({"context_windw": 8000}, "unknown setting 'context_windw'; did you mean 'context_window'? @ $.context_windw"),
         ({"context_window": "10"}, "@ $.context_window"),
         ({"context_window": True}, "@ $.context_window"),
         ({"context_window": 12.5}, "@ $.context_window"),
         ({"fallback_budget": "half"}, "@ $.fallback_budget"),
-        ({"plugins": {"summariser": "x"}}, "extra fields found (summariser) @ $.plugins"),
+        (
+            {"plugins": {"summariser": "x"}},
+            ("unknown setting 'summariser'; did you mean 'summarizer'? (settings: ", "@ $.plugins"),
+        ),
         ({"plugins": {"summarizer": 3}}, "@ $.plugins.summarizer"),
         ({"plugins": {"stores": "store-jsonl"}}, "@ $.plugins.stores"),
         ({"plugins": {"stores": ["store-jsonl", 3]}}, "@ $.plugins.stores[1]"),
-        ({"context_window": 0}, "context_window must be positive @ $.context_window"),
+        ({"context_window": 0}, ("context_window must be more than 0, got 0 (", "@ $.context_window")),
         ({"min_tail_messages": -1}, "@ $.min_tail_messages"),
-        ({"fallback_budget": 1.5}, "fallback_budget must be in (0, 1] @ $.fallback_budget"),
-        ({"summary_share": 0}, "summary_share must be in (0, 1] @ $.summary_share"),
-        ({"offload_break_factor": "4"}, "@ $.offload_break_factor"),
+        (
+            {"fallback_budget": 1.5},
+            ("fallback_budget is a share of the window, more than 0 and at most 1, got 1.5", "@ $.fallback_budget"),
+        ),
+        (
+            {"fallback_budget": 50},
+            "fallback_budget is a share of the window, more than 0 and at most 1, got 50.0; did you mean 0.5? @ $.fallback_budget",
+        ),
+        (
+            {"summary_share": 0},
+            "summary_share is a share of the window, more than 0 and at most 1, got 0.0 @ $.summary_share",
+        ),
+        ({"offload_break_factor": 4.0}, "unknown setting 'offload_break_factor' @ $.offload_break_factor"),
+        ({"config": {"tier-warn": {"offload_break_factor": "4"}}}, "@ $.config.tier-warn.offload_break_factor"),
+        (
+            {"config": {"tier-warn": {"offload_break_factor": 0}}},
+            "offload_break_factor must be more than 0, got 0.0 @ $.config.tier-warn.offload_break_factor",
+        ),
         ({"config": {"offload-files": 3}}, "@ $.config"),
+        (
+            {"config": {"tokens-chars": {"chars_per_token": 0}}},
+            "chars_per_token must be more than 0, got 0.0 @ $.config.tokens-chars.chars_per_token",
+        ),
+        (
+            {"config": {"offload-files": {"rot": "/x"}}},
+            "unknown setting 'rot'; did you mean 'root'? (settings: root, preview_lines, preview_chars) @ $.config.offload-files",
+        ),
+        (
+            {"config": {"offload-file": {}}},
+            "settings for plugin 'offload-file', which is not installed; did you mean 'offload-files'? @ $.config.offload-file",
+        ),
+        (
+            {"plugins": {"summarizer": "sumarize-extractive"}},
+            "unknown plugin 'sumarize-extractive'; did you mean 'summarize-extractive'? @ $.plugins.summarizer; installed: ",
+        ),
+        (
+            {"plugins": {"summarizer": "tokens-chars"}},
+            "plugin 'tokens-chars' cannot fill the role summarizer: it does not implement summarize @ $.plugins.summarizer",
+        ),
+        (
+            {"plugins": {"state": "state-memory", "stores": ["tokens-chars"]}},
+            "plugin 'tokens-chars' cannot fill the role stores: it does not implement persist_record @ $.plugins.stores",
+        ),
     ],
     ids=[
-        "unknown-key", "string-for-int", "bool-for-int", "float-for-int", "string-for-float",
-        "unknown-role", "int-for-name", "string-for-list", "int-in-list", "zero-window", "negative-tail",
-        "budget-over-one", "zero-summary-share", "string-for-break-factor", "scalar-block",
+        "unknown-key",
+        "misspelt-key",
+        "string-for-int",
+        "bool-for-int",
+        "float-for-int",
+        "string-for-float",
+        "unknown-role",
+        "int-for-name",
+        "string-for-list",
+        "int-in-list",
+        "zero-window",
+        "negative-tail",
+        "budget-over-one",
+        "budget-in-percent",
+        "zero-summary-share",
+        "break-factor-is-no-core-setting",
+        "string-for-break-factor",
+        "zero-break-factor",
+        "scalar-block",
+        "validator-message",
+        "unknown-plugin-setting",
+        "block-of-unknown-plugin",
+        "unknown-plugin",
+        "plugin-without-the-roles-hook",
+        "store-without-persist-record",
     ],
 )
 def test_invalid_settings_name_their_path(overrides, problem):
     with pytest.raises(ConfigError) as info:
         load_config("default", **overrides)
-    assert any(problem in p for p in info.value.problems), info.value.problems
+    parts = (problem,) if isinstance(problem, str) else problem
+    assert any(all(part in p for part in parts) for p in info.value.problems), info.value.problems
     assert info.value.source == "bundled:default"
     assert str(info.value).startswith("bundled:default: ")
 
@@ -78,6 +144,69 @@ def test_every_problem_is_reported_at_once():
     assert all(" @ $." in p for p in info.value.problems)
 
 
+def test_problems_of_the_core_and_of_plugin_blocks_are_reported_together():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {
+                "context_window": 0,
+                "plugins": {"summarizer": "nope"},
+                "config": {"offload-files": {"rot": 1}, "tokens-chars": {"chars_per_token": -1}},
+            }
+        )
+    paths = sorted(p.rsplit(" @ ", 1)[1].split(";")[0] for p in info.value.problems)
+    assert paths == [
+        "$.config.offload-files",
+        "$.config.tokens-chars.chars_per_token",
+        "$.context_window",
+        "$.plugins.summarizer",
+    ]
+
+
+def test_a_block_for_an_installed_plugin_that_is_not_selected_is_kept_unused():
+    config = load_config("default", config={"summarize-openai": {"model": "gpt-x"}})
+    assert config.plugins.summarizer == "summarize-extractive"
+    assert config.plugin_block("summarize-openai") == {"model": "gpt-x"}
+    with pytest.raises(ConfigError, match=r"summarize-openai"):  # once selected, its block is checked
+        load_config("default", plugins={"summarizer": "summarize-openai"}, config={"summarize-openai": {"modl": "x"}})
+
+
+def test_a_duplicate_key_in_yaml_is_an_error(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("context_window: 1000\nplugins: {}\ncontext_window: 2000\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    (problem,) = info.value.problems
+    assert problem.startswith("invalid YAML at line 3, column 1: duplicate key 'context_window' (first on line 1)")
+    assert info.value.source == str(path)
+
+
+def test_a_duplicate_key_inside_a_plugin_block_is_an_error_too(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("config:\n  offload-files:\n    preview_lines: 3\n    preview_lines: 4\n")
+    with pytest.raises(ConfigError, match=r"line 4.*duplicate key 'preview_lines' \(first on line 3\)"):
+        load_config(path)
+
+
+def test_a_config_object_is_validated_by_the_compactor(tmp_path):
+    import attrs
+
+    with pytest.raises(ConfigError, match=r"context_window must be more than 0, got 0 .*@ \$\.context_window"):
+        ProgressiveCompactor(CompactorConfig(context_window=0, data_dir=str(tmp_path)))
+    good = CompactorConfig(data_dir=str(tmp_path))
+    typo = attrs.evolve(good, plugins=attrs.evolve(good.plugins, summarizer="sumarize-extractive"))
+    with pytest.raises(ConfigError, match=r"did you mean 'summarize-extractive'\? @ \$\.plugins\.summarizer"):
+        ProgressiveCompactor(typo)
+    with ProgressiveCompactor(good) as compactor:
+        assert compactor.config == good
+
+
+def test_an_empty_session_id_is_rejected(tmp_path):
+    from progressive_compactor import CompactorError
+
+    with pytest.raises(CompactorError, match="session_id must not be empty"):
+        ProgressiveCompactor(CompactorConfig(data_dir=str(tmp_path)), session_id="")
+
+
 def test_thresholds_must_be_ordered(make_compactor):
     with pytest.raises(ConfigError, match=r"0 < warn <= soft <= full <= emergency.*@ \$.config.policy-thresholds"):
         make_compactor(config={"policy-thresholds": {"soft": 0.9}})
@@ -85,16 +214,20 @@ def test_thresholds_must_be_ordered(make_compactor):
 
 def test_a_yaml_file_is_loaded_by_path(tmp_path):
     path = tmp_path / "mine.yaml"
-    path.write_text(
-        "context_window: 32000\nmin_tail_messages: 4\nplugins:\n  stores: []\n"
-        "config:\n  offload-files: {threshold_is_not_a_key: 1}\n"
-    )
+    path.write_text("context_window: 32000\nmin_tail_messages: 4\nplugins:\n  stores: []\n")
     config = load_config(path)
     assert config.context_window == 32000 and config.min_tail_messages == 4
     assert config.plugins.stores == ()
     assert config.plugins.summarizer == "summarize-extractive"  # unspecified keys keep their defaults
-    with pytest.raises(ConfigError, match="threshold_is_not_a_key"):
-        ProgressiveCompactor(config)  # the block is checked by the plugin's Config class
+    with path.open("a") as f:
+        f.write("config:\n  offload-files: {threshold_is_not_a_key: 1}\n")
+    with pytest.raises(ConfigError) as info:  # the block is checked by the plugin's Config class, on loading
+        load_config(path)
+    (problem,) = info.value.problems
+    assert problem.startswith("unknown setting 'threshold_is_not_a_key'") and problem.endswith(
+        "@ $.config.offload-files"
+    )
+    assert info.value.source == str(path)
 
 
 def test_invalid_yaml_names_the_line(tmp_path):
@@ -125,7 +258,7 @@ def test_an_empty_file_is_the_default(tmp_path):
 
 def test_overrides_are_deep_merged():
     config = load_config("default", config={"offload-files": {"preview_lines": 3}}, plugins={"stores": []})
-    assert config.plugin_block("offload-files") == {"root": "{work_dir}/.compactor/tool_results", "preview_lines": 3}
+    assert config.plugin_block("offload-files") == {"root": "{data_dir}/tool_results", "preview_lines": 3}
     assert config.plugins.stores == () and config.plugins.summarizer == "summarize-extractive"
     assert deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}, "d": 4}) == {"a": {"b": 1, "c": 3}, "d": 4}
 
@@ -138,8 +271,9 @@ def test_a_config_object_takes_overrides_too(tmp_config):
 
 
 def test_plugin_selection_names():
-    selection = PluginSelection(stores=("store-jsonl", "store-x"), extra=("store-x", "memo"), offload="none",
-                                disable=("memo",))
+    selection = PluginSelection(
+        stores=("store-jsonl", "store-x"), extra=("store-x", "memo"), offload="none", disable=("memo",)
+    )
     names = selection.names()
     assert names.count("store-x") == 1
     assert "none" not in names and "memo" not in names
@@ -147,7 +281,9 @@ def test_plugin_selection_names():
 
 
 BUNDLED_FILES = sorted(
-    p.name[: -len(".yaml")] for p in resources.files("progressive_compactor.configs").iterdir() if p.name.endswith(".yaml")
+    p.name[: -len(".yaml")]
+    for p in resources.files("progressive_compactor.configs").iterdir()
+    if p.name.endswith(".yaml")
 )
 
 

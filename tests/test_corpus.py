@@ -49,7 +49,7 @@ def test_corpus_turn_by_turn(corpus_dir: Path, tmp_path, name, window):
         history = messages[:i]
         view, record = compactor.compact_with_record(history)
         tiers[record.tier] += 1
-        where = f"{name} at message {i}, {record.tier.label}: {record.error}"
+        where = f"{name} at message {i}, {record.tier.label}: {record.errors} {record.escalations}"
         assert problems(view) == [], where
         tokens = estimate(view)
         if record.tier is CompactionTier.EMERGENCY:

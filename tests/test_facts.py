@@ -25,19 +25,39 @@ REQUEST = "Make the parser accept trailing commas."
 SESSION = [
     {"role": "user", "content": "<system-reminder>be nice</system-reminder>"},
     {"role": "user", "content": REQUEST},
-    {"role": "assistant", "content": "I'll use a regex instead of split(). Let me read the parser first.",
-     "tool_calls": [call("1", "Read", file_path="src/parser.py")]},
+    {
+        "role": "assistant",
+        "content": "I'll use a regex instead of split(). Let me read the parser first.",
+        "tool_calls": [call("1", "Read", file_path="src/parser.py")],
+    },
     {"role": "tool", "tool_call_id": "1", "content": "def parse(): ..."},
-    {"role": "assistant", "content": "The root cause is the tokenizer.",
-     "tool_calls": [call("2", "Edit", file_path="src/parser.py", old_string="a", new_string="b"),
-                    call("3", "Write", file_path="tests/test_commas.py", content="x")]},
+    {
+        "role": "assistant",
+        "content": "The root cause is the tokenizer.",
+        "tool_calls": [
+            call("2", "Edit", file_path="src/parser.py", old_string="a", new_string="b"),
+            call("3", "Write", file_path="tests/test_commas.py", content="x"),
+        ],
+    },
     {"role": "tool", "tool_call_id": "2", "content": "ok"},
     {"role": "tool", "tool_call_id": "3", "content": "ok"},
-    {"role": "assistant", "content": "", "tool_calls": [call("4", "bash", command="python -m pytest tests/test_commas.py")]},
-    {"role": "tool", "tool_call_id": "4",
-     "content": "<returncode>1</returncode>\n<output>\nE   AssertionError: expected 3\n1 failed\n</output>"},
-    {"role": "assistant", "content": "",
-     "tool_calls": [call("5", "bash", command="sed -i 's/a/b/' src/lexer.py && cat > notes.md <<'EOF'\nhi\nEOF\ncat setup.cfg")]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [call("4", "bash", command="python -m pytest tests/test_commas.py")],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "4",
+        "content": "<returncode>1</returncode>\n<output>\nE   AssertionError: expected 3\n1 failed\n</output>",
+    },
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            call("5", "bash", command="sed -i 's/a/b/' src/lexer.py && cat > notes.md <<'EOF'\nhi\nEOF\ncat setup.cfg")
+        ],
+    },
     {"role": "tool", "tool_call_id": "5", "content": "<returncode>0</returncode>"},
     {"role": "assistant", "content": "Next, I will run the whole test suite."},
 ]
@@ -50,8 +70,13 @@ def facts() -> Facts:
 
 def test_the_first_real_request_skips_reminders_and_command_echoes(facts):
     assert facts.user_request == REQUEST
-    echoes = messages_from_dicts([{"role": "user", "content": "<command-name>/clear</command-name>"},
-                                  {"role": "user", "content": "  "}, {"role": "user", "content": "real one"}])
+    echoes = messages_from_dicts(
+        [
+            {"role": "user", "content": "<command-name>/clear</command-name>"},
+            {"role": "user", "content": "  "},
+            {"role": "user", "content": "real one"},
+        ]
+    )
     assert first_user_request(echoes, 100) == "real one"
     assert first_user_request(echoes[:2], 100) is None
 
@@ -113,8 +138,13 @@ def request_for(messages, previous_summary=None, previous_anchors=()):
     """A request as the core builds it: the facts carry the session's first request."""
     msgs = tuple(messages_from_dicts(messages))
     return SummaryRequest(
-        messages=msgs, previous_summary=previous_summary, previous_anchors=previous_anchors,
-        facts=attrs.evolve(extract_facts(msgs), user_request=REQUEST), session_id="s", tier=CompactionTier.FULL, max_summary_tokens=4000,
+        messages=msgs,
+        previous_summary=previous_summary,
+        previous_anchors=previous_anchors,
+        facts=attrs.evolve(extract_facts(msgs), user_request=REQUEST),
+        session_id="s",
+        tier=CompactionTier.FULL,
+        max_summary_tokens=4000,
         replaced_tokens=10_000,
     )
 

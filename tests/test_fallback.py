@@ -43,13 +43,13 @@ def test_it_keeps_the_pinned_messages_fits_the_budget_and_keeps_pairs(budget):
     assert out[0].role == "system"
     assert view_problems(out) == []
     kept = out[1:]
-    assert kept == messages[len(messages) - len(kept):] or text_of(kept[-1]).find(MARKER.strip()) >= 0
+    assert kept == messages[len(messages) - len(kept) :] or text_of(kept[-1]).find(MARKER.strip()) >= 0
 
 
 def test_it_keeps_the_newest_whole_groups():
     messages = messages_from_dicts(build_history([1000] * 10))
     out = fallback(messages, 1, 1000)
-    assert out[1:] == messages[-(len(out) - 1):]
+    assert out[1:] == messages[-(len(out) - 1) :]
     assert out[1].role == "assistant"  # a group starts at its call, never at a result
 
 
@@ -76,7 +76,12 @@ def test_pinned_messages_over_the_budget_are_shortened_compaction_first():
 
 def test_groups_keep_results_with_their_call():
     messages = messages_from_dicts(build_history([10] * 2))
-    assert [[m.role for m in g] for g in groups(messages)] == [["system"], ["user"], ["assistant", "tool"], ["assistant", "tool"]]
+    assert [[m.role for m in g] for g in groups(messages)] == [
+        ["system"],
+        ["user"],
+        ["assistant", "tool"],
+        ["assistant", "tool"],
+    ]
 
 
 # --- summarizer failures (seed 6.1) --------------------------------------------------------------
@@ -117,7 +122,9 @@ def test_a_failing_summarizer_falls_back_with_the_cause_in_the_record(make_compa
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.EMERGENCY
     assert record.requested_tier in (CompactionTier.SOFT, CompactionTier.FULL)
-    assert record.error == f"{cause}; {EMERGENCY_ERROR}"
+    assert record.errors == (cause, EMERGENCY_ERROR)
+    assert record.fallback
+    assert record.escalations == ()
     assert problems(view) == []
     assert view[0] == history[0]
     assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
@@ -129,7 +136,8 @@ def test_no_summarizer_at_all_falls_back(make_compactor):
     compactor = make_compactor(context_window=window_for(history, 0.85), plugins={"summarizer": "none"})
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.EMERGENCY
-    assert record.error == f"summarizer failed: no summarizer plugin answered; {EMERGENCY_ERROR}"
+    assert record.errors == ("summarizer failed: no summarizer plugin answered", EMERGENCY_ERROR)
+    assert record.fallback
 
 
 def test_after_a_fallback_the_users_request_is_still_in_the_view(make_compactor):
@@ -146,7 +154,8 @@ def test_a_summarizer_that_recovers_is_used_on_the_next_turn(make_compactor):
     history = build_history([3000] * 10)
     compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("flaky", flaky)])
     _, first = compactor.compact_with_record(history)
-    assert first.tier is CompactionTier.EMERGENCY and "rate limited" in first.error
+    assert first.tier is CompactionTier.EMERGENCY and first.fallback
+    assert first.errors == ("summarizer failed: rate limited", EMERGENCY_ERROR)
     flaky.fail = None
     for i in range(40):
         history += build_history([3000], system=None, request=f"more {i}", id_prefix=f"m{i}_")
@@ -154,7 +163,7 @@ def test_a_summarizer_that_recovers_is_used_on_the_next_turn(make_compactor):
         if record.summarizer_calls:
             break
     assert record.tier in (CompactionTier.SOFT, CompactionTier.FULL)
-    assert record.error == ""
+    assert record.errors == () and not record.fallback
     assert flaky.requests[-1].previous_summary  # what the fallback kept is carried on
 
 
@@ -174,6 +183,7 @@ def test_async_force_and_async_failure_behave_like_sync(make_compactor):
     history = build_history([3000] * 10)
     compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("b", failing_summarizer())])
     view, record = asyncio.run(compactor.acompact_with_record(history))
-    assert record.tier is CompactionTier.EMERGENCY and "HTTP 503" in record.error
+    assert record.tier is CompactionTier.EMERGENCY and record.fallback
+    assert record.errors == ("summarizer failed: HTTP 503 from the summarizer", EMERGENCY_ERROR)
     forced = asyncio.run(compactor.acompact_force(history, "other"))
     assert problems(forced) == []

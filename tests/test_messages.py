@@ -69,8 +69,12 @@ def test_unknown_keys_of_tool_calls_and_functions_are_kept():
         "content": None,
         "reasoning_content": "hmm",
         "tool_calls": [
-            {"id": "c1", "type": "function", "index": 0,
-             "function": {"name": "bash", "arguments": "{}", "strict": True}},
+            {
+                "id": "c1",
+                "type": "function",
+                "index": 0,
+                "function": {"name": "bash", "arguments": "{}", "strict": True},
+            },
         ],
     }
     message = message_from_dict(data)
@@ -119,16 +123,28 @@ def test_invalid_messages_name_the_index_and_the_problem(data, match):
 
 def test_the_compactor_rejects_an_invalid_history(make_compactor):
     with pytest.raises(InvalidMessagesError, match="message 2"):
-        make_compactor().compact([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                                  {"role": "wizard", "content": "x"}])
+        make_compactor().compact(
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "wizard", "content": "x"}]
+        )
 
 
 # --- validity -----------------------------------------------------------------------------------
 
 
 def test_a_valid_history_has_no_problems():
-    assert view_problems(msgs({"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                              assistant("a", "b"), result("b"), result("a"), {"role": "assistant", "content": "x"})) == []
+    assert (
+        view_problems(
+            msgs(
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "u"},
+                assistant("a", "b"),
+                result("b"),
+                result("a"),
+                {"role": "assistant", "content": "x"},
+            )
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -158,8 +174,13 @@ def test_repair_leaves_a_valid_history_alone():
 
 
 def test_repair_answers_an_unanswered_call_and_keeps_an_orphan_result_as_text():
-    history = msgs({"role": "user", "content": "u"}, assistant("a", "b"), result("a"),
-                   {"role": "user", "content": "next"}, result("zzz", "lost output"))
+    history = msgs(
+        {"role": "user", "content": "u"},
+        assistant("a", "b"),
+        result("a"),
+        {"role": "user", "content": "next"},
+        result("zzz", "lost output"),
+    )
     repaired, count = repair_tool_pairs(history)
     assert count == 2
     assert view_problems(repaired) == []
@@ -176,20 +197,32 @@ def test_repair_turns_a_late_system_message_into_a_user_message():
 @pytest.mark.parametrize("first", ["system", "user"], ids=["with-system-prompt", "without"])
 @pytest.mark.parametrize("turn", range(2, 6))
 def test_a_system_message_later_in_the_history_never_reaches_the_view_as_system(make_compactor, first, turn):
-    history = [{"role": first, "content": "start"}, {"role": "user", "content": "u"},
-               {"role": "assistant", "content": "a"}, {"role": "system", "content": "injected later"},
-               {"role": "user", "content": "v"}, {"role": "assistant", "content": "w"}]
+    history = [
+        {"role": first, "content": "start"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a"},
+        {"role": "system", "content": "injected later"},
+        {"role": "user", "content": "v"},
+        {"role": "assistant", "content": "w"},
+    ]
     compactor = make_compactor()
     for n in range(1, turn + 1):  # turn by turn, so the late system message lands in every position
-        view, record = compactor.compact_with_record(history[:n + 1], "s")
+        view, record = compactor.compact_with_record(history[: n + 1], "s")
     assert view_problems(msgs(*view)) == []
     assert [m["role"] for m in view].count("system") == (first == "system")
     assert record.repaired_tool_pairs == (turn >= 3)
 
 
 def test_repair_piece_by_piece_equals_repair_whole():
-    history = msgs({"role": "user", "content": "u"}, assistant("a"), result("x"), {"role": "user", "content": "v"},
-                   assistant("b"), result("b"), result("b"))
+    history = msgs(
+        {"role": "user", "content": "u"},
+        assistant("a"),
+        result("x"),
+        {"role": "user", "content": "v"},
+        assistant("b"),
+        result("b"),
+        result("b"),
+    )
     whole, n = repair_tool_pairs(history)
     first, n1 = repair_tool_pairs(history[:3])
     second, n2 = repair_tool_pairs(history[3:])
@@ -256,8 +289,11 @@ ROUND_TRIP = [
     {"role": "user", "content": "list files"},
     {"role": "assistant", "content": "Looking.", "tool_calls": [tool_call("t1", "ls -la")]},
     {"role": "tool", "tool_call_id": "t1", "content": "a.py\nb.py"},
-    {"role": "assistant", "content": None,
-     "tool_calls": [tool_call("t2", "cat a.py"), tool_call("t3", "cat b.py", name="read")]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [tool_call("t2", "cat a.py"), tool_call("t3", "cat b.py", name="read")],
+    },
     {"role": "tool", "tool_call_id": "t2", "content": "print(1)"},
     {"role": "tool", "tool_call_id": "t3", "content": "print(2)"},
     {"role": "user", "content": "thanks"},
@@ -269,8 +305,7 @@ def test_anthropic_round_trip():
     system, messages = to_anthropic(ROUND_TRIP)
     assert system == "be brief"
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
-    assert messages[1]["content"][1] == {"type": "tool_use", "id": "t1", "name": "bash",
-                                         "input": {"command": "ls -la"}}
+    assert messages[1]["content"][1] == {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "ls -la"}}
     assert [b["type"] for b in messages[4]["content"]] == ["tool_result", "tool_result", "text"]
     assert from_anthropic(messages, system) == ROUND_TRIP
 
@@ -278,8 +313,16 @@ def test_anthropic_round_trip():
 def test_from_anthropic_reads_block_lists_in_tool_results():
     messages = [
         {"role": "assistant", "content": [{"type": "tool_use", "id": "u1", "name": "shot", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u1",
-                                      "content": [{"type": "text", "text": "a"}, {"type": "image"}]}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "u1",
+                    "content": [{"type": "text", "text": "a"}, {"type": "image"}],
+                }
+            ],
+        },
     ]
     out = from_anthropic(messages)
     assert out[1] == {"role": "tool", "tool_call_id": "u1", "content": "a\n[image]"}

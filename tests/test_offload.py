@@ -23,13 +23,13 @@ TAIL = 6
 
 @pytest.fixture
 def write_count(monkeypatch):
-    """How many times the offloader wrote a file, per file name."""
+    """How many times the offloader wrote a file, per file name (``.session_id`` included)."""
     counts: dict[str, int] = {}
     real = offload_files.write_private
 
-    def counting(path, data):
+    def counting(path, data, root):
         counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
-        real(path, data)
+        real(path, data, root)
 
     monkeypatch.setattr(offload_files, "write_private", counting)
     return counts
@@ -73,21 +73,36 @@ def test_one_file_per_result_with_a_preview_placeholder(tmp_path):
 
 def test_preview_lines_come_from_config(make_compactor):
     history = build_history([5000] * 10)
-    compactor = make_compactor(
-        context_window=window_for(history, 0.65), config={"offload-files": {"preview_lines": 3}}
-    )
+    compactor = make_compactor(context_window=window_for(history, 0.65), config={"offload-files": {"preview_lines": 3}})
     view, record = compactor.compact_with_record(history)
     original = history[3]["content"].splitlines()
     assert "\n".join(original[:3]) in view[3]["content"]
     assert original[3] not in view[3]["content"]
 
 
-def test_default_root_is_under_the_work_dir(tmp_path):
+def test_default_root_is_under_the_data_dir(tmp_path):
+    from progressive_compactor import CompactorConfig
     from progressive_compactor.plugin_manager import PluginContext
 
-    offloader = FileOffloader(context=PluginContext(work_dir=str(tmp_path)))
+    assert FileOffloader.Config().root == "{data_dir}/tool_results"
+    offloader = FileOffloader(context=PluginContext(CompactorConfig(data_dir=str(tmp_path))))
     entry = offloader.offload(tool_message("c1", 5000), "s", 4000)
-    assert Path(entry.path) == tmp_path / ".compactor" / "tool_results" / "s" / "c1.txt"
+    assert Path(entry.path) == tmp_path / "tool_results" / "s" / "c1.txt"
+
+
+def test_each_session_folder_names_its_session(tmp_path):
+    offloader = FileOffloader(FileOffloader.Config(root=str(tmp_path / "root")))
+    plain = offloader.offload(tool_message("c1", 5000), "ticket-7", 4000)
+    odd = offloader.offload(tool_message("c1", 5000), "team/ticket 8", 4000)
+    assert (Path(plain.path).parent / ".session_id").read_text() == "ticket-7"
+    assert Path(odd.path).parent.name.startswith("_")  # not a plain name: hashed
+    assert (Path(odd.path).parent / ".session_id").read_text() == "team/ticket 8"
+    found = {info.session_id: info for info in offloader.list_sessions()}
+    assert set(found) == {"ticket-7", "team/ticket 8"}
+    assert found["team/ticket 8"].where == str(Path(odd.path).parent)
+    assert found["ticket-7"].plugin == "offload-files" and found["ticket-7"].updated > 0
+    offloader.on_delete_session("team/ticket 8")
+    assert [info.session_id for info in offloader.list_sessions()] == ["ticket-7"]
 
 
 # --- the three skip conditions -------------------------------------------------------------------
@@ -126,7 +141,7 @@ def test_a_result_already_offloaded_by_the_offload_hook_is_skipped(make_compacto
     history += tool_turn("after1", 200) + tool_turn("after2", 200) + tool_turn("after3", 200)
     assert history[-7]["content"].startswith(PLACEHOLDER_PREFIX)
     assert len(history[-7]["content"]) > 100  # above this compactor's offload threshold
-    assert write_count == {"big.txt": 1}
+    assert write_count == {"big.txt": 1, ".session_id": 1}
     compactor = make_compactor(context_window=window_for(history, 0.65), offload_threshold=100)
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.WARN
@@ -169,7 +184,7 @@ def test_the_plugin_cache_and_an_existing_identical_file_skip_the_write(tmp_path
     again = one.offload(message, "s", 4000)
     other_process = FileOffloader(config).offload(message, "s", 4000)
     assert first == again == other_process
-    assert write_count == {"c1.txt": 1}
+    assert write_count == {"c1.txt": 1, ".session_id": 1}
 
 
 def test_the_same_id_with_other_text_gets_its_own_file(tmp_path):
@@ -197,7 +212,25 @@ def test_no_id_escapes_the_root(tmp_path, session_id, call_id):
     assert path.resolve().is_relative_to(root.resolve())
     assert path.parent.parent == root
     assert offloader.read_offloaded(entry.handle) == message.content
-    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == [path]
+    id_file = path.parent / ".session_id"
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted([path, id_file])
+    assert id_file.read_bytes() == session_id.encode("utf-8", "surrogatepass")
+
+
+def test_a_link_planted_under_the_root_is_not_followed(tmp_path):
+    from progressive_compactor.errors import OffloadError
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "s").symlink_to(outside)  # an agent with a shell planted it
+    offloader = FileOffloader(FileOffloader.Config(root=str(root)))
+    with pytest.raises(OffloadError, match="symbolic link"):
+        offloader.offload(tool_message("c1", 5000), "s", 4000)
+    assert list(outside.iterdir()) == []
+    (outside / "c1.txt").write_text("not for the agent")
+    with pytest.raises(CompactorError, match="symbolic link"):
+        offloader.read_offloaded("s/c1")
 
 
 @pytest.mark.parametrize("handle", ["../root/s/c1", "s/../../x", "/etc/passwd", "s/c1/../../x", "", "s"])
@@ -235,16 +268,21 @@ def test_a_failed_write_keeps_the_original_and_appends_the_error(make_compactor,
     assert record.tier is CompactionTier.WARN
     assert view == history
     assert record.offloaded == ()
-    assert "offload of call_0 failed: OffloadError: cannot write" in record.error
-    assert "Not a directory" in record.error
-    assert record.error.count("offload of") == 7
+    assert len(record.errors) == 7 and not record.fallback
+    assert [e.split(" failed: ")[0] for e in record.errors] == [f"offload of call_{i}" for i in range(7)]
+    assert record.errors[0] == (
+        f"offload of call_0 failed: OffloadError: cannot write {tmp_path / 'not-a-dir'}/test-session/call_0.txt: "
+        "Not a directory"
+    )
+    assert all(e.endswith(": Not a directory") for e in record.errors)
 
 
 def test_a_failed_write_does_not_stop_the_summary(make_compactor, tmp_path):
     _, view, record = compact_with_an_unwritable_root(make_compactor, tmp_path, 0.85)
     assert record.tier is CompactionTier.FULL
     assert record.summarized == 15
-    assert "offload of call_0 failed" in record.error
+    assert record.errors[0].startswith("offload of call_0 failed: OffloadError: cannot write ")
+    assert all(e.startswith("offload of call_") for e in record.errors) and not record.fallback
     assert problems(view) == []
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from progressive_compactor import CompactionTier, ConfigError, PluginError, hookimpl, load_config
-from progressive_compactor import plugin_manager
+from progressive_compactor import CompactionTier, ConfigError, PluginError, hookimpl, load_config, plugin_manager
 from progressive_compactor.plugin_manager import (
     BUILTIN_PLUGINS,
     GROUP,
@@ -75,30 +75,49 @@ def test_an_unknown_plugin_name_lists_the_installed_ones(make_compactor):
     with pytest.raises(ConfigError) as info:
         make_compactor(plugins={"summarizer": "summarize-telepathy"})
     (problem,) = info.value.problems
-    assert "unknown plugin 'summarize-telepathy' @ $.plugins.summarizer" in problem
+    assert problem.startswith("unknown plugin 'summarize-telepathy'")
+    assert " @ $.plugins.summarizer; installed: " in problem
     for name in BUILTIN_PLUGINS:
-        assert name in problem
+        assert name in problem.split("; installed: ")[1]
+
+
+def test_an_unknown_plugin_name_suggests_the_closest(make_compactor):
+    with pytest.raises(ConfigError) as info:
+        make_compactor(plugins={"stores": ["store-jsnl"]})
+    (problem,) = info.value.problems
+    assert problem.startswith(
+        "unknown plugin 'store-jsnl'; did you mean 'store-jsonl'? @ $.plugins.stores; installed: "
+    )
 
 
 def test_a_plugin_that_fails_to_import_is_named_with_its_distribution(make_compactor, fake_plugins):
     fake_plugins("broken", "import this_module_does_not_exist_anywhere\n", distribution="acme-compactor-plugins")
-    with pytest.raises(PluginError) as info:
+    with pytest.raises(ConfigError) as info:  # checking the config imports what it selects
         make_compactor(plugins={"extra": ["broken"]})
-    assert info.value.plugin == "broken"
-    assert info.value.distribution == "acme-compactor-plugins"
-    assert "plugin 'broken' from distribution acme-compactor-plugins failed to import" in str(info.value)
-    assert "ModuleNotFoundError" in str(info.value)
-    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+    (problem,) = info.value.problems
+    assert problem == (
+        "plugin 'broken' from distribution acme-compactor-plugins failed to import: "
+        "ModuleNotFoundError: No module named 'this_module_does_not_exist_anywhere' @ $.plugins"
+    )
+    with pytest.raises(PluginError) as raised:
+        plugin_manager.load_plugin_object(plugin_manager.installed_plugins()["broken"])
+    assert raised.value.plugin == "broken"
+    assert raised.value.distribution == "acme-compactor-plugins"
+    assert isinstance(raised.value.__cause__, ModuleNotFoundError)
 
 
 def test_a_plugin_that_fails_to_start_is_named(make_compactor, fake_plugins):
-    fake_plugins("grumpy", """
+    fake_plugins(
+        "grumpy",
+        """
         class Plugin:
             def __init__(self):
                 raise RuntimeError("no mood today")
-    """)
-    with pytest.raises(PluginError, match="plugin 'grumpy' failed to start: RuntimeError: no mood today"):
+    """,
+    )
+    with pytest.raises(ConfigError) as info:
         make_compactor(plugins={"extra": ["grumpy"]})
+    assert info.value.problems == ["plugin 'grumpy' failed to start: RuntimeError: no mood today @ $.config.grumpy"]
 
 
 def test_unselected_plugins_are_never_imported(make_compactor, fake_plugins):
@@ -111,19 +130,21 @@ def test_building_the_default_compactor_imports_no_unselected_built_in(tmp_path)
     code = f"""
 import sys
 from progressive_compactor import ProgressiveCompactor
-ProgressiveCompactor("default", work_dir={str(tmp_path)!r})
+ProgressiveCompactor("default", data_dir={str(tmp_path)!r})
 print(",".join(sorted(m for m in sys.modules if m.startswith("progressive_compactor.plugins.") or m == "httpx")))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = {m.rsplit(".", 1)[-1] for m in out.strip().split(",") if m}
     selected = {name.replace("-", "_") for name in load_config("default").plugins.names()}
     assert "httpx" not in loaded
-    assert loaded <= selected | {"offload_files"}  # store-jsonl reuses offload_files' helpers
+    assert loaded <= selected  # plugins share helpers through progressive_compactor.plugin, not each other
     assert "summarize_openai" not in loaded and "state_files" not in loaded
 
 
 def test_a_third_party_plugin_gets_its_config_block_and_the_context(make_compactor, fake_plugins, tmp_path):
-    fake_plugins("greeter", """
+    fake_plugins(
+        "greeter",
+        """
         import attrs
         from progressive_compactor import hookimpl
 
@@ -142,11 +163,14 @@ def test_a_third_party_plugin_gets_its_config_block_and_the_context(make_compact
             @hookimpl
             def todo_context(self, session_id):
                 return " ".join([self.config.greeting] * self.config.times)
-    """)
+    """,
+    )
     compactor = make_compactor(plugins={"extra": ["greeter"]}, config={"greeter": {"greeting": "hi", "times": 2}})
     plugin = compactor.pm.get_plugin("greeter")
     assert plugin.config.greeting == "hi" and plugin.config.times == 2
-    assert isinstance(plugin.context, PluginContext) and plugin.context.work_dir == str(tmp_path)
+    assert isinstance(plugin.context, PluginContext) and plugin.context.data_dir == str(tmp_path)
+    assert plugin.context.config == compactor.config and plugin.context.secrets is compactor.secrets
+    assert plugin.context.path("{data_dir}/greeter/cache") == tmp_path / "greeter" / "cache"
     assert compactor.hooks.todo_context("s") == ["hi hi"]
 
 
@@ -173,7 +197,9 @@ def test_a_block_for_a_plugin_that_is_not_installed_is_a_typo(make_compactor):
 
 def test_a_module_plugin_takes_no_settings(make_compactor, fake_plugins):
     fake_plugins("modplugin", "x = 1\n", attr="x")
-    with pytest.raises(ConfigError, match=r"takes no settings @ \$.config.modplugin"):
+    with pytest.raises(
+        ConfigError, match=r"plugin 'modplugin' takes no settings; remove the block @ \$.config.modplugin"
+    ):
         make_compactor(plugins={"extra": ["modplugin"]}, config={"modplugin": {"a": 1}})
 
 
@@ -191,9 +217,13 @@ def test_a_misspelt_hook_fails_loudly(make_compactor):
 
 
 def test_the_fallback_cannot_be_disabled():
-    with pytest.raises(ConfigError, match=r"fallback-token-budget is essential and cannot be disabled @ \$.plugins.disable"):
+    with pytest.raises(
+        ConfigError, match=r"fallback-token-budget is essential and cannot be disabled; remove it @ \$.plugins.disable"
+    ):
         load_config("default", plugins={"disable": ["fallback-token-budget"]})
-    with pytest.raises(ConfigError, match=r"the fallback role cannot be empty @ \$.plugins.fallback"):
+    with pytest.raises(
+        ConfigError, match=r"the fallback role cannot be empty; use fallback-token-budget @ \$.plugins.fallback"
+    ):
         load_config("default", plugins={"fallback": "none"})
 
 
@@ -284,7 +314,7 @@ def test_extract_memory_failures_are_skipped_silently(make_compactor):
     compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("amnesiac", Amnesiac())])
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.FULL and record.summarized == 15
-    assert record.error == ""  # seed 6.1: silent skip, nothing in the record
+    assert record.errors == ()  # seed 6.1: silent skip, nothing in the record
 
 
 def test_record_names_the_plugins_that_answered(make_compactor):
@@ -292,3 +322,99 @@ def test_record_names_the_plugins_that_answered(make_compactor):
     assert record.plugins["policy"] == "policy-thresholds"
     assert record.plugins["fallback"] == "fallback-token-budget"
     assert record.plugins["tier_full"] == "tier-full"
+
+
+# --- roles are a contract ---------------------------------------------------------------------------
+
+
+class NoTierHook:
+    @hookimpl
+    def todo_context(self, session_id):
+        return None
+
+
+def test_a_plugin_selected_for_a_role_must_implement_its_hooks(make_compactor):
+    with pytest.raises(ConfigError) as info:
+        make_compactor(plugins={"tier_warn": "tokens-chars", "state": "store-jsonl"})
+    assert sorted(info.value.problems) == [
+        "plugin 'store-jsonl' cannot fill the role state: it does not implement load_state, save_state @ $.plugins.state",
+        "plugin 'tokens-chars' cannot fill the role tier_warn: it does not implement apply_tier @ $.plugins.tier_warn",
+    ]
+
+
+def test_an_object_of_the_caller_selected_for_a_role_is_checked_too(make_compactor):
+    with pytest.raises(
+        ConfigError,
+        match=r"plugin 'mine' cannot fill the role tier_soft: it does not implement apply_tier @ \$.plugins.tier_soft",
+    ):
+        make_compactor(plugins={"tier_soft": "mine"}, extra_plugins=[("mine", NoTierHook())])
+
+
+def test_a_tier_plugin_that_returns_no_plan_is_named(make_compactor):
+    class Sloppy:
+        @hookimpl
+        def apply_tier(self, tier_input):
+            return "offload please"
+
+    history = build_history([5000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 0.65), plugins={"tier_warn": "sloppy"}, extra_plugins=[("sloppy", Sloppy())]
+    )
+    with pytest.raises(PluginError, match="plugin 'sloppy' returned str from apply_tier, not a TierPlan") as info:
+        compactor.compact_with_record(history)
+    assert info.value.plugin == "sloppy"
+
+
+# --- hooks that read what plugins keep --------------------------------------------------------------
+
+
+def test_list_sessions_merges_every_plugins_answer_and_survives_a_failure(make_compactor, tmp_path):
+    from progressive_compactor import SessionInfo
+
+    class Remote:
+        @hookimpl
+        def list_sessions(self):
+            return [SessionInfo("remote-1", 1234.0, "remote", "db://sessions")]
+
+    class Down:
+        @hookimpl
+        def list_sessions(self):
+            raise ConnectionError("database is down")
+
+    compactor = make_compactor(extra_plugins=[("remote", Remote()), ("down", Down())])
+    compactor.offload_tool_result({"role": "tool", "tool_call_id": "c", "content": "x" * 20_000}, "local-1")
+    found = {(i.session_id, i.plugin) for i in compactor.sessions()}
+    assert found == {("remote-1", "remote"), ("local-1", "offload-files")}
+    infos, errors = compactor.hooks.list_sessions()
+    assert len(infos) == 2 and errors == ["down: ConnectionError: database is down"]
+
+
+def test_tier_thresholds_come_from_the_policy_and_a_plugin_may_override_them(make_compactor):
+    assert make_compactor().hooks.tier_thresholds() == {"warn": 0.6, "soft": 0.7, "full": 0.8, "emergency": 0.95}
+    single = make_compactor(
+        plugins={"policy": "policy-single-threshold"},
+        config={"policy-single-threshold": {"threshold": 0.5, "tier": "soft"}},
+    )
+    assert single.hooks.tier_thresholds() == {"soft": 0.5}
+
+    class Charts:
+        @hookimpl
+        def tier_thresholds(self):
+            return {"emergency": 0.99}
+
+    assert make_compactor(extra_plugins=[("charts", Charts())]).hooks.tier_thresholds() == {"emergency": 0.99}
+
+
+def test_the_plugin_context_resolves_the_data_dir(monkeypatch, tmp_path):
+    from progressive_compactor import CompactorConfig
+
+    monkeypatch.setenv("COMPACTOR_DATA_DIR", str(tmp_path / "from-env"))
+    assert PluginContext().data_dir == str(tmp_path / "from-env")
+    monkeypatch.delenv("COMPACTOR_DATA_DIR")
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert PluginContext().data_dir == str(tmp_path / "home" / ".local" / "share" / "progressive-compactor")
+    context = PluginContext(CompactorConfig(data_dir="~/compactor"))
+    assert context.data_dir == str(tmp_path / "home" / "compactor")
+    assert context.path("{data_dir}/records") == tmp_path / "home" / "compactor" / "records"
+    assert context.path("/elsewhere/state") == Path("/elsewhere/state")

@@ -27,7 +27,9 @@ def test_call_cost_splits_fresh_cached_output_and_summarizer():
 
 
 def test_cached_tokens_cannot_exceed_the_view():
-    assert call_cost(PRICES, view_tokens=100, cached_tokens=500) == call_cost(PRICES, view_tokens=100, cached_tokens=100)
+    assert call_cost(PRICES, view_tokens=100, cached_tokens=500) == call_cost(
+        PRICES, view_tokens=100, cached_tokens=100
+    )
 
 
 def test_cache_write_price_applies_to_the_uncached_part():
@@ -48,17 +50,27 @@ def test_costs_add_up_by_part():
 
 
 def test_price_table_from_config_section_and_defaults():
-    assert prices_from_config(load_config("default")) == DEFAULT_PRICES
-    table = prices_from_config(load_config("default", pricing={"input": 1.25, "summarizer_output": 0.6}))
+    assert load_config("default").pricing == DEFAULT_PRICES
+    table = load_config("default", pricing={"input": 1.25, "summarizer_output": 0.6}).pricing
+    assert isinstance(table, PriceTable)
     assert (table.input, table.cached_input, table.summarizer_output) == (1.25, DEFAULT_PRICES.cached_input, 0.6)
 
 
 def test_price_table_problems_name_their_path():
     with pytest.raises(ConfigError) as bad_key:
         prices_from_mapping({"inptu": 1.0})
-    assert any("$.pricing" in p for p in bad_key.value.problems)
+    (problem,) = bad_key.value.problems
+    assert problem.startswith("unknown setting 'inptu'; did you mean 'input'?") and problem.endswith("@ $.pricing")
     with pytest.raises(ConfigError) as negative:
         prices_from_mapping({"output": -2.0})
-    assert negative.value.problems == ["price must not be negative, got -2.0 @ $.pricing.output"]
-    with pytest.raises(ConfigError):
+    assert negative.value.problems == [
+        "a price must be 0 or more (US dollars per million tokens), got -2.0 @ $.pricing.output"
+    ]
+    with pytest.raises(ConfigError) as in_config:
+        load_config("default", pricing={"cached_input": -0.3})
+    assert in_config.value.problems == [
+        "a price must be 0 or more (US dollars per million tokens), got -0.3 @ $.pricing.cached_input"
+    ]
+    with pytest.raises(ConfigError) as text:
         load_config("default", pricing={"input": "cheap"})
+    assert [p.rsplit(" @ ", 1)[1] for p in text.value.problems] == ["$.pricing.input"]

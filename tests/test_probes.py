@@ -23,19 +23,29 @@ REQUEST = (
 SESSION = [
     {"role": "system", "content": "You are a coding agent."},
     {"role": "user", "content": REQUEST},
-    {"role": "assistant", "content": "Let me read the parser first.", "tool_calls": [call("c1", "bash", command="cat src/parser.py")]},
+    {
+        "role": "assistant",
+        "content": "Let me read the parser first.",
+        "tool_calls": [call("c1", "bash", command="cat src/parser.py")],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "def parse(text):\n    return Document(text.split())"},
     {
         "role": "assistant",
         "content": "",
-        "tool_calls": [call("c2", "str_replace_editor", command="str_replace", path="src/util.py", old_str="a", new_str="b")],
+        "tool_calls": [
+            call("c2", "str_replace_editor", command="str_replace", path="src/util.py", old_str="a", new_str="b")
+        ],
     },
     {"role": "tool", "tool_call_id": "c2", "content": "The file src/util.py has been edited."},
-    {"role": "assistant", "content": "Running the tests.", "tool_calls": [call("c3", "bash", command="python -m pytest tests/test_parser.py")]},
+    {
+        "role": "assistant",
+        "content": "Running the tests.",
+        "tool_calls": [call("c3", "bash", command="python -m pytest tests/test_parser.py")],
+    },
     {
         "role": "tool",
         "tool_call_id": "c3",
-        "content": "Traceback (most recent call last):\n  File \"src/parser.py\", line 2\nValueError: empty input is not a document",
+        "content": 'Traceback (most recent call last):\n  File "src/parser.py", line 2\nValueError: empty input is not a document',
     },
     {"role": "assistant", "content": "The cause is the split. Next, I will handle the empty string in parse()."},
 ]
@@ -70,7 +80,10 @@ def test_the_whole_transcript_keeps_every_probe():
 
 def test_a_view_that_dropped_the_failure_loses_the_error_probe_only():
     view = SESSION[:2] + [
-        {"role": "user", "content": "[Context Compaction]\n## Execution Progress\n- Files read: src/parser.py\n- Files edited: src/util.py"},
+        {
+            "role": "user",
+            "content": "[Context Compaction]\n## Execution Progress\n- Files read: src/parser.py\n- Files edited: src/util.py",
+        },
         SESSION[-1],
     ]
     retention = check_probes(build_probes(SESSION), view)
@@ -108,7 +121,10 @@ def test_named_handles_reads_placeholders_and_the_offloaded_list():
 
 
 def test_a_category_without_probes_has_no_ratio():
-    session = [{"role": "user", "content": "Say hello to the world please."}, {"role": "assistant", "content": "Hello!"}]
+    session = [
+        {"role": "user", "content": "Say hello to the world please."},
+        {"role": "assistant", "content": "Hello!"},
+    ]
     retention = check_probes(build_probes(session), session)
     assert retention.ratio("errors") is None
     assert retention.ratio("request") == 1.0

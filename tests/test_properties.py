@@ -62,15 +62,27 @@ def histories(draw):
             history.append({"role": "assistant", "content": filler(arg, f"a{n}")})
         elif kind.startswith("tools"):
             ids = [f"c{n}_{k}" for k in range(len(arg))]
-            history.append({"role": "assistant", "content": None if n % 3 == 0 else f"Running {len(ids)} tools.",
-                            "tool_calls": [tool_call(i, f"cat f{i}.py") for i in ids]})
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": None if n % 3 == 0 else f"Running {len(ids)} tools.",
+                    "tool_calls": [tool_call(i, f"cat f{i}.py") for i in ids],
+                }
+            )
             answered = list(zip(ids, arg))
             if kind == "tools-missing-result":
                 answered = answered[1:]
             history += [{"role": "tool", "tool_call_id": i, "content": filler(size, i)} for i, size in answered]
         elif kind == "user-parts":
-            history.append({"role": "user", "content": [{"type": "text", "text": filler(arg, f"p{n}")},
-                                                        {"type": "image_url", "image_url": {"url": "data:,"}}]})
+            history.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": filler(arg, f"p{n}")},
+                        {"type": "image_url", "image_url": {"url": "data:,"}},
+                    ],
+                }
+            )
         else:
             history.append({"role": "tool", "tool_call_id": f"orphan{n}", "content": filler(arg, f"o{n}")})
     return history
@@ -79,17 +91,17 @@ def histories(draw):
 def check_view(compactor, history, view, record):
     """Every promise the core makes about one view."""
     window = compactor.config.context_window
-    assert problems(view) == [], (record.tier, record.error)
+    assert problems(view) == [], (record.tier, record.errors)
     if history and history[0]["role"] == "system":
         assert view[0]["role"] == "system"
     tokens = estimate(view)
     assert tokens == record.tokens_after
     if record.tier is CompactionTier.EMERGENCY:
-        assert tokens <= compactor.config.fallback_budget * window, record.error
+        assert tokens <= compactor.config.fallback_budget * window, record.errors
     elif record.tier is CompactionTier.NONE:
         assert tokens < WARN * window
     else:
-        assert tokens < SOFT * window, (record.tier, record.error)
+        assert tokens < SOFT * window, (record.tier, record.errors)
     results = {m["tool_call_id"]: m["content"] for m in history if m["role"] == "tool"}
     for entry in record.offloaded:
         assert Path(entry.path).read_bytes() == results[entry.tool_call_id].encode()
@@ -105,8 +117,12 @@ def check_view(compactor, history, view, record):
 def test_every_view_is_valid_and_fits_its_tier_turn_by_turn(history, window, min_tail, summarizer_fails):
     summarizer = failing_summarizer() if summarizer_fails else RecordingSummarizer()
     with tempfile.TemporaryDirectory() as tmp:
-        compactor = make_compactor(tmp, context_window=window, min_tail_messages=min_tail,
-                                   extra_plugins=[("summarizer-under-test", summarizer)])
+        compactor = make_compactor(
+            tmp,
+            context_window=window,
+            min_tail_messages=min_tail,
+            extra_plugins=[("summarizer-under-test", summarizer)],
+        )
         before = copy.deepcopy(history)
         cuts = [i for i, m in enumerate(history) if m["role"] == "assistant" and i > 0] + [len(history)]
         for cut in cuts:

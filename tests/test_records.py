@@ -1,4 +1,5 @@
-"""CompactionRecords (seed section 5): the JSONL store, fail-open persistence, the notification."""
+"""CompactionRecords (seed section 5): the JSONL store, fail-open persistence, the notification,
+reading records of an older schema version."""
 
 from __future__ import annotations
 
@@ -7,24 +8,29 @@ import logging
 import os
 import stat
 
+import attrs
 import pytest
 
-from progressive_compactor import CompactionRecord, CompactionTier, hookimpl
+from progressive_compactor import EMERGENCY_ERROR, CompactionRecord, CompactionTier, CompactorConfig, hookimpl
+from progressive_compactor.converters import read_records_file as read_records
 from progressive_compactor.converters import record_from_dict, record_to_dict, record_to_json
+from progressive_compactor.errors import StorageError
+from progressive_compactor.models import SCHEMA_VERSION
 from progressive_compactor.notice import human_bytes, human_tokens
 from progressive_compactor.notice import notice as notification
-from progressive_compactor.converters import read_records_file as read_records
+from progressive_compactor.plugin_manager import PluginContext
 from progressive_compactor.plugins.store_jsonl import JsonlStore
 from progressive_compactor.storage import append_line
 from progressive_compactor.testing import ListStore, build_history, window_for
 
 SEED_FIELDS = (
     "id session_id timestamp tier tokens_before tokens_after msgs_before msgs_after anchors offloaded "
-    "summarized preserved_tail summary_text compression_ratio duration_ms error"
+    "summarized preserved_tail summary_text compression_ratio duration_ms errors"
 ).split()
+"""The seed's fields; its one ``error`` string is ``errors`` (one entry per cause) since schema 2."""
 DESIGN_FIELDS = (
     "schema_version variant plugins token_method repaired_tool_pairs cache_stable_prefix_tokens "
-    "summarizer_tokens_in summarizer_tokens_out"
+    "summarizer_tokens_in summarizer_tokens_out fallback escalations"
 ).split()
 
 
@@ -46,6 +52,9 @@ def test_each_record_is_one_json_line_in_the_sessions_file(full_run):
     (line,) = lines_of(path)
     data = json.loads(line)
     assert set(SEED_FIELDS + DESIGN_FIELDS) <= set(data)
+    assert "error" not in data  # schema 1's field
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert (data["errors"], data["fallback"], data["escalations"]) == ([], False, [])
     assert data["tier"] == "full"
     assert data["id"] == record.id
     assert record_from_dict(data) == record
@@ -82,16 +91,28 @@ def test_folders_the_store_creates_are_private(tmp_path):
     os.chmod(tmp_path, 0o755)
     store = JsonlStore(JsonlStore.Config(directory=str(tmp_path / "new" / "records")))
     store.persist_record(
-        CompactionRecord(id="r1", session_id="s1", timestamp="2026-01-01T00:00:00+00:00",
-                         tier=CompactionTier.FULL, tokens_before=10, tokens_after=5, msgs_before=4, msgs_after=2)
+        CompactionRecord(
+            id="r1",
+            session_id="s1",
+            timestamp="2026-01-01T00:00:00+00:00",
+            tier=CompactionTier.FULL,
+            tokens_before=10,
+            tokens_after=5,
+            msgs_before=4,
+            msgs_after=2,
+        )
     )
     for folder in (tmp_path / "new", tmp_path / "new" / "records"):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o755  # a folder that existed is left alone
 
 
-def test_the_directory_is_configurable_and_the_default_is_in_the_home():
-    assert JsonlStore.Config().directory == "~/.compactor/compaction_records"
+def test_the_directory_is_configurable_and_the_default_is_in_the_data_dir(tmp_path, monkeypatch):
+    assert JsonlStore.Config().directory == "{data_dir}/records"
+    store = JsonlStore(context=PluginContext(CompactorConfig(data_dir=str(tmp_path))))
+    assert store.path_for("s1") == tmp_path / "records" / "s1.jsonl"
+    monkeypatch.setenv("COMPACTOR_DATA_DIR", str(tmp_path / "from-env"))
+    assert JsonlStore().path_for("s1") == tmp_path / "from-env" / "records" / "s1.jsonl"
     store = JsonlStore(JsonlStore.Config(directory="/somewhere/else"))
     assert str(store.path_for("s1")) == "/somewhere/else/s1.jsonl"
     assert store.path_for("../../etc/passwd").parent == store.directory
@@ -101,6 +122,101 @@ def test_record_round_trip_through_json(full_run):
     *_, record, _ = full_run
     assert record_from_dict(json.loads(record_to_json(record))) == record
     assert record_to_dict(record)["anchors"][0]["type"] == "user_intent"
+
+
+# --- schema version 1 --------------------------------------------------------------------------
+
+
+def version_1(record, error):
+    """``record`` as schema version 1 wrote it: one ``error`` string, no errors/fallback/escalations."""
+    data = record_to_dict(record)
+    for key in ("errors", "fallback", "escalations"):
+        del data[key]
+    return {**data, "schema_version": 1, "error": error}
+
+
+def test_a_version_1_record_is_upgraded(full_run):
+    *_, record, _ = full_run
+    old = record_from_dict(version_1(record, "summarizer failed: x; emergency fallback: forced truncation"))
+    assert old.errors == ("summarizer failed: x", "emergency fallback: forced truncation")
+    assert old.errors[-1] == EMERGENCY_ERROR
+    assert old.fallback is True
+    assert old.escalations == ()
+    assert (old.id, old.tier, old.anchors, old.summary_text) == (
+        record.id,
+        record.tier,
+        record.anchors,
+        record.summary_text,
+    )
+
+
+def test_a_version_1_loop_guard_note_goes_to_escalations(full_run):
+    *_, record, _ = full_run
+    error = (
+        "loop guard: Soft left the view at 85% of the window; escalating; "
+        "loop guard: the summary (900 tokens) is larger than what it replaces (300 tokens); "
+        "emergency fallback: forced truncation"
+    )
+    old = record_from_dict(version_1(record, error))
+    assert old.escalations == (
+        "loop guard: Soft left the view at 85% of the window; escalating",
+        "loop guard: the summary (900 tokens) is larger than what it replaces (300 tokens)",
+    )
+    assert old.errors == (EMERGENCY_ERROR,)
+    assert old.fallback is True
+
+
+def test_a_version_1_record_without_an_error(full_run):
+    *_, record, _ = full_run
+    old = record_from_dict(version_1(record, ""))
+    assert (old.errors, old.fallback, old.escalations) == ((), False, ())
+    assert attrs.evolve(old, schema_version=SCHEMA_VERSION) == record
+
+
+def test_a_records_file_may_mix_versions(full_run, caplog):
+    *_, record, path = full_run
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(version_1(record, "anchor parsing incomplete: next_step set to N/A")) + "\n")
+    with caplog.at_level(logging.WARNING, logger="progressive_compactor"):
+        new, old = read_records(path)
+    assert new == record
+    assert old.errors == ("anchor parsing incomplete: next_step set to N/A",) and not old.fallback
+    assert "skipped" not in caplog.text
+
+
+# --- reading records back through the hooks ------------------------------------------------------
+
+
+def test_the_compactor_reads_its_records_back_through_the_store(full_run):
+    compactor, history, record, _ = full_run
+    compactor.compact_force(history)
+    records = compactor.records()
+    assert [r.tier for r in records] == [CompactionTier.FULL, CompactionTier.EMERGENCY]
+    assert records[0] == record
+    assert compactor.records("no-such-session") is None  # no store holds it
+
+
+def test_the_store_lists_its_sessions(full_run):
+    compactor, *_, path = full_run
+    found = [info for info in compactor.sessions() if info.plugin == "store-jsonl"]
+    assert [(i.session_id, i.where) for i in found] == [("test-session", str(path))]
+    assert found[0].updated == os.stat(path).st_mtime
+    compactor.delete_session()
+    assert not path.exists()
+    assert compactor.records() is None
+
+
+def test_a_store_plugin_that_reads_records_is_asked_first(make_compactor, full_run):
+    compactor, *_ = full_run
+
+    class Remote:
+        @hookimpl
+        def read_records(self, session_id):
+            return [] if session_id == "remote" else None
+
+    other = make_compactor(extra_plugins=[("remote", Remote())])
+    assert other.records("remote") == []
+    assert [r.session_id for r in other.records("test-session")] == ["test-session"]
 
 
 # --- torn last line ------------------------------------------------------------------------------
@@ -129,10 +245,38 @@ def test_the_next_append_after_a_torn_line_starts_a_new_line(full_run):
 
 def test_an_unreadable_middle_line_is_skipped_too(tmp_path, caplog):
     path = tmp_path / "r.jsonl"
-    append_line(path, "not json")
-    append_line(path, "{}")
+    append_line(path, "not json", tmp_path)
+    append_line(path, "{}", tmp_path)
     assert list(read_records(path)) == []
     assert "unreadable line" in caplog.text
+
+
+def test_appending_refuses_a_path_outside_its_root_or_through_a_link(tmp_path):
+    root = tmp_path / "records"
+    outside = tmp_path / "outside.jsonl"
+    with pytest.raises(StorageError, match="not under"):
+        append_line(outside, "{}", root)
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (root / "linked").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(StorageError, match="symbolic link"):
+        append_line(root / "linked" / "s.jsonl", "{}", root)
+    assert not outside.exists() and list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_link_planted_as_a_sessions_records_file_is_not_followed(make_compactor, tmp_path, caplog):
+    history = build_history([5000] * 10)
+    (tmp_path / "records").mkdir()
+    target = tmp_path / "target.txt"
+    target.write_text("precious\n")
+    (tmp_path / "records" / "test-session.jsonl").symlink_to(target)
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    with caplog.at_level(logging.WARNING, logger="progressive_compactor"):
+        _, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL
+    assert target.read_text() == "precious\n"
+    assert "persist_record of plugin store-jsonl failed" in caplog.text
+    assert compactor.records() is None  # a link is never read as records
 
 
 # --- fail-open persistence (seed 6.1) -----------------------------------------------------------
@@ -159,7 +303,7 @@ def test_a_failing_store_logs_a_warning_and_the_others_still_run(make_compactor,
     with caplog.at_level(logging.WARNING, logger="progressive_compactor"):
         view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.FULL
-    assert record.error == ""
+    assert record.errors == () and not record.fallback  # a store's failure is logged, not recorded
     assert broken.calls == 1
     assert good.records == [record]
     assert len(list(read_records(tmp_path / "records" / "test-session.jsonl"))) == 1

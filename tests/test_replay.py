@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from progressive_compactor import CompactionTier, ConfigError
-from progressive_compactor.pricing import PriceTable, call_cost
+from progressive_compactor import CompactionTier, ConfigError, load_config
 from progressive_compactor.lab.replay import read_session, replay_session, session_files
+from progressive_compactor.pricing import PriceTable, call_cost
 from progressive_compactor.testing import RecordingSummarizer, build_history, estimate, tool_call
 
 
@@ -108,14 +108,27 @@ def test_truncation_baseline_never_calls_the_summarizer(make_compactor):
 
 
 def test_single_threshold_policy_rejects_an_unknown_tier(make_compactor):
-    with pytest.raises(ConfigError, match="policy-single-threshold.tier"):
-        make_compactor("baseline-none", config={"policy-single-threshold": {"tier": "gentle"}})
+    gentle = load_config("baseline-none", config={"policy-single-threshold": {"tier": "gentle"}})
+    with pytest.raises(ConfigError) as info:  # the plugin checks its block when it starts
+        make_compactor(gentle)
+    assert info.value.problems == [
+        "unknown tier 'gentle'; use one of none, warn, soft, full, emergency @ $.config.policy-single-threshold.tier"
+    ]
 
 
 def test_retention_of_a_compacted_synthetic_session(make_compactor):
     messages = session()
-    messages.insert(4, {"role": "assistant", "content": "", "tool_calls": [tool_call("bad", "pytest tests/test_parser.py")]})
-    messages.insert(5, {"role": "tool", "tool_call_id": "bad", "content": "E   AssertionError: parser returned None\nFAILED tests/test_parser.py::test_empty"})
+    messages.insert(
+        4, {"role": "assistant", "content": "", "tool_calls": [tool_call("bad", "pytest tests/test_parser.py")]}
+    )
+    messages.insert(
+        5,
+        {
+            "role": "tool",
+            "tool_call_id": "bad",
+            "content": "E   AssertionError: parser returned None\nFAILED tests/test_parser.py::test_empty",
+        },
+    )
     result = replay_session(messages, make_compactor(context_window=6000), "s")
     assert result.summarizer_calls > 0
     assert result.retention.ratio("errors") == 1.0  # kept through the anchors, not the raw result
@@ -130,3 +143,45 @@ def test_progressive_on_the_corpus_at_16k_has_no_invalid_view_and_no_overflow(co
         assert result.invalid_views == 0, (path.name, result.invalid_view_problems)
         assert result.overflows == 0, path.name
         compactor.close()
+
+
+def test_a_replay_never_writes_to_the_configs_own_stores(tmp_path):
+    from progressive_compactor.lab.replay import isolated_config
+
+    own = load_config(
+        "default",
+        context_window=8000,
+        data_dir=str(tmp_path / "production"),
+        plugins={"state": "state-files", "stores": ["store-jsonl"], "extra": []},
+        config={"store-jsonl": {"record_none": True}, "offload-files": {"preview_lines": 3}},
+    )
+    isolated = isolated_config(own, tmp_path / "scratch")
+    assert isolated.data_dir == str(tmp_path / "scratch")
+    assert (isolated.plugins.offload, isolated.plugins.state, isolated.plugins.stores) == (
+        "offload-files",
+        "state-memory",
+        ("store-jsonl",),
+    )
+    assert isolated.plugin_block("store-jsonl") == {"record_none": True, "directory": "{data_dir}/records"}
+    assert isolated.plugin_block("offload-files")["preview_lines"] == 3  # the config's own settings kept
+    assert isolated.plugins.summarizer == own.plugins.summarizer and isolated.plugins.policy == own.plugins.policy
+    records = isolated_config(own, tmp_path / "scratch", tmp_path / "kept-records")
+    assert records.plugin_block("store-jsonl")["directory"] == str(tmp_path / "kept-records")
+
+    from progressive_compactor import ProgressiveCompactor
+
+    with ProgressiveCompactor(isolated) as compactor:
+        result = replay_session(session(), compactor, "s", probes=False)
+    assert result.compactions > 0
+    assert not (tmp_path / "production").exists()
+    assert (tmp_path / "scratch" / "records" / "s.jsonl").is_file()
+
+
+def test_a_replay_with_another_store_uses_the_built_in_one(tmp_path):
+    from progressive_compactor.lab.replay import isolated_config
+    from progressive_compactor.testing import ListStore
+
+    own = load_config("default", plugins={"stores": ["mine"], "offload": "none"}, extra_plugins={"mine": ListStore()})
+    isolated = isolated_config(own, tmp_path)
+    assert isolated.plugins.stores == ("store-jsonl",) and isolated.plugins.offload == "none"
+    assert isolated.plugin_block("store-jsonl") == {"directory": "{data_dir}/records"}

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from cli_helpers import corpus_file, synthetic_history
 from progressive_compactor.cli.app import cli as main
-from progressive_compactor.validation import load_config
-from progressive_compactor.models import CompactionTier
 from progressive_compactor.converters import read_records_file as read_records
+from progressive_compactor.models import CompactionTier
+from progressive_compactor.validation import load_config
 
 pytest.importorskip("plotly", reason="the report needs the optional extra: pip install progressive-compactor[report]")
 
@@ -64,14 +64,17 @@ def test_report_of_records(tmp_path: Path, cfg: Path, session: Path) -> None:
     assert "read from stored compaction records" in page
 
 
-def test_view_figure_has_four_bands_the_window_and_a_marker_per_compaction(tmp_path: Path, cfg: Path, session: Path) -> None:
+def test_view_figure_has_four_bands_the_window_and_a_marker_per_compaction(
+    tmp_path: Path, cfg: Path, session: Path
+) -> None:
     from progressive_compactor.compactor import ProgressiveCompactor
     from progressive_compactor.lab.replay import replay_session
 
     config = load_config(str(cfg))
     with ProgressiveCompactor(config) as compactor:
         result = replay_session(synthetic_history(), compactor, "s", probes=False)
-    data = report.from_replay(result, report.thresholds_of(config), title="s")
+        thresholds = compactor.hooks.tier_thresholds()
+    data = report.from_replay(result, thresholds, title="s")
     fig = report.view_figure(data)
     bands = [s for s in fig.layout.shapes if s.type == "rect"]
     assert [round(b.y0) for b in bands] == [4800, 5600, 6400, 7600]  # 60/70/80/95 % of 8,000
@@ -84,14 +87,41 @@ def test_view_figure_has_four_bands_the_window_and_a_marker_per_compaction(tmp_p
     assert list(line.y) == [t.view_tokens for t in result.turns]
 
 
-def test_custom_thresholds_move_the_bands(tmp_path: Path) -> None:
-    config = load_config(
-        "default", config={"policy-thresholds": {"warn": 0.5, "soft": 0.6, "full": 0.7, "emergency": 0.9}}
+def test_custom_thresholds_move_the_bands(tmp_path: Path, session: Path) -> None:
+    from cli_helpers import write_config
+
+    custom = {"warn": 0.5, "soft": 0.6, "full": 0.7, "emergency": 0.9}
+    cfg = write_config(tmp_path, config={"policy-thresholds": custom})
+    out = tmp_path / "custom.html"
+    result = run("report", session, "-c", cfg, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "thresholds warn 50%, soft 60%, full 70%, emergency 90% of the window." in out.read_text("utf-8")
+    bands = report.bands(custom)
+    assert [(tier, low) for tier, low, _ in bands] == [
+        (CompactionTier.WARN, 0.5),
+        (CompactionTier.SOFT, 0.6),
+        (CompactionTier.FULL, 0.7),
+        (CompactionTier.EMERGENCY, 0.9),
+    ]
+
+
+def test_the_report_draws_what_the_policy_reports(tmp_path: Path, session: Path) -> None:
+    from cli_helpers import write_config
+
+    cfg = write_config(
+        tmp_path,
+        plugins={"policy": "policy-single-threshold"},
+        config={"policy-single-threshold": {"threshold": 0.75, "tier": "full"}},
     )
-    assert report.thresholds_of(config) == {"warn": 0.5, "soft": 0.6, "full": 0.7, "emergency": 0.9}
+    out = tmp_path / "single.html"
+    result = run("report", session, "-c", cfg, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "thresholds full 75% of the window." in out.read_text("utf-8")
 
 
-def test_missing_plotly_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cfg: Path, session: Path) -> None:
+def test_missing_plotly_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cfg: Path, session: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly now raises ImportError
     out = tmp_path / "r.html"
     result = CliRunner().invoke(main, ["report", str(session), "-c", str(cfg), "-o", str(out)])

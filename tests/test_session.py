@@ -9,6 +9,7 @@ import copy
 import pytest
 
 from progressive_compactor import (
+    EMERGENCY_ERROR,
     AsyncSession,
     CompactionRecord,
     CompactionTier,
@@ -43,7 +44,8 @@ def test_compact_force_is_the_emergency_tier(make_compactor, history):
     view = compactor.compact_force(history)
     (record,) = store.records
     assert record.tier is CompactionTier.EMERGENCY
-    assert record.error.endswith("emergency fallback: forced truncation")
+    assert record.fallback
+    assert record.errors == (EMERGENCY_ERROR,) == ("emergency fallback: forced truncation",)
     assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
 
 
@@ -53,7 +55,11 @@ def test_the_async_interfaces_give_what_the_sync_ones_give(make_compactor, histo
     view, record = sync.compact_with_record(history)
     aview, arecord = asyncio.run(asyn.acompact_with_record(history))
     assert aview == view
-    assert (arecord.tier, arecord.summarized, arecord.summary_text) == (record.tier, record.summarized, record.summary_text)
+    assert (arecord.tier, arecord.summarized, arecord.summary_text) == (
+        record.tier,
+        record.summarized,
+        record.summary_text,
+    )
     assert asyncio.run(asyn.acompact(history)) == asyn.compact(history)
 
 
@@ -90,8 +96,9 @@ class RecordList:
 
 
 def test_the_todo_injector_text_appears_in_the_compaction_message(make_compactor, history):
-    compactor = make_compactor(context_window=window_for(history, 0.85),
-                               todo_injector=lambda: "- [x] reproduce\n- [ ] fix the parser")
+    compactor = make_compactor(
+        context_window=window_for(history, 0.85), todo_injector=lambda: "- [x] reproduce\n- [ ] fix the parser"
+    )
     view, _ = compactor.compact_with_record(history)
     assert view[1]["content"].startswith(COMPACTION_MARKER)
     assert "## Todo\n- [x] reproduce\n- [ ] fix the parser" in view[1]["content"]
@@ -110,8 +117,9 @@ def test_a_todo_context_plugin_gets_the_session_id(make_compactor, history):
 def test_the_memory_extractor_sees_exactly_the_summarized_messages(make_compactor, history):
     seen = []
     summarizer = RecordingSummarizer()
-    compactor = make_compactor(context_window=window_for(history, 0.75), memory_extractor=seen.append,
-                               extra_plugins=[("r", summarizer)])
+    compactor = make_compactor(
+        context_window=window_for(history, 0.75), memory_extractor=seen.append, extra_plugins=[("r", summarizer)]
+    )
     _, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.SOFT
     (messages,) = seen
@@ -154,7 +162,9 @@ def test_the_offloader_option_replaces_the_file_offloader(make_compactor, histor
                 return None
             handle = f"mem:{message.tool_call_id}"
             self.texts[handle] = message.content
-            return OffloadEntry(message.tool_call_id, handle, "", len(message.content), 1, "-", f"[in memory: {handle}]")
+            return OffloadEntry(
+                message.tool_call_id, handle, "", len(message.content), 1, "-", f"[in memory: {handle}]"
+            )
 
         @hookimpl
         def read_offloaded(self, handle):
@@ -189,7 +199,7 @@ def test_a_session_keeps_the_full_history_and_derives_a_view_per_turn(make_compa
     assert session.history == history
     session.append({"role": "assistant", "content": "Continuing."})
     view2 = session.view()
-    assert view2[:len(view)] == view and view2[-1] == {"role": "assistant", "content": "Continuing."}
+    assert view2[: len(view)] == view and view2[-1] == {"role": "assistant", "content": "Continuing."}
     assert [r.tier for r in session.records] == [CompactionTier.FULL, CompactionTier.NONE]
     assert len(session.history) == len(history) + 1
 
@@ -237,7 +247,12 @@ def test_delete_cascades_to_offloads_records_and_state(make_compactor, history, 
     keep = Session(compactor, "kept")
     keep.extend(history)
     keep.view()
-    paths = [tmp_path / "tool_results" / "doomed", tmp_path / "records" / "doomed.jsonl", tmp_path / "state" / "doomed.json"]
+    paths = [
+        tmp_path / "tool_results" / "doomed",
+        tmp_path / "records" / "doomed.jsonl",
+        tmp_path / "state" / "doomed.json",
+        tmp_path / "state" / "doomed.lock",
+    ]
     assert all(p.exists() for p in paths)
     assert session.delete() == []
     assert not any(p.exists() for p in paths)
@@ -262,7 +277,7 @@ def test_a_second_process_continues_from_the_saved_state(make_compactor, history
     assert record2.tier is CompactionTier.NONE
     assert summarizer.calls == 1
     assert view2[1] == view[1]  # the same compaction message, rebuilt from the saved state
-    assert view2[2:] == history[-(6 + 2):]
+    assert view2[2:] == history[-(6 + 2) :]
     assert second.state().covered == first.state().covered == 15
 
 
@@ -272,7 +287,10 @@ def test_a_different_history_under_the_same_session_id_starts_over(make_compacto
     other = build_history([100] * 3, request="An unrelated task.")
     view, record = compactor.compact_with_record(other)
     assert view == other
-    assert "started over" in record.error
+    assert record.errors == (
+        "session state did not match this history (another history under the same session id?); started over",
+    )
+    assert compactor.state().covered == 0
 
 
 def test_histories_are_not_modified_by_any_interface(make_compactor, history):
@@ -316,6 +334,139 @@ def test_a_state_plugin_lets_workers_share_a_session(make_compactor, history):
     history += tool_turn("next", 300)
     view_b, record_b = worker_b.compact_with_record(history)
     assert record_b.tier is CompactionTier.NONE and summarizer.calls == 1
-    assert view_b[:len(view_a)] == view_a
+    assert view_b[: len(view_a)] == view_a
     worker_b.delete_session()
     assert "test-session" not in shared.states
+
+
+# --- the state stores: compare-and-set ------------------------------------------------------------
+
+
+@pytest.fixture(params=["state-memory", "state-files"])
+def state_store(request, tmp_path):
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins.state_files import FileState
+    from progressive_compactor.plugins.state_memory import MemoryState
+
+    if request.param == "state-memory":
+        return MemoryState()
+    return FileState(context=PluginContext(CompactorConfig(data_dir=str(tmp_path))))
+
+
+def test_save_state_is_compare_and_set(state_store):
+    assert state_store.load_state("s") is None
+    assert state_store.save_state("s", SessionState(version=2)) is False  # no stored state counts as version 0
+    assert state_store.save_state("s", SessionState(summary="one", version=1)) is True
+    assert state_store.save_state("s", SessionState(summary="lost race", version=1)) is False  # another saved v1
+    assert state_store.save_state("s", SessionState(summary="skips one", version=3)) is False
+    assert state_store.load_state("s") == SessionState(summary="one", version=1)
+    assert state_store.save_state("s", SessionState(summary="two", version=2)) is True
+    assert state_store.load_state("s") == SessionState(summary="two", version=2)
+    assert state_store.load_state("other") is None
+    (info,) = state_store.list_sessions()
+    assert info.session_id == "s"
+    state_store.on_delete_session("s")
+    assert state_store.load_state("s") is None and state_store.list_sessions() == []
+
+
+def test_state_files_names_the_session_and_keeps_a_lock_per_session(tmp_path):
+    import json
+    import os
+    import stat
+
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins.state_files import FileState
+
+    context = PluginContext(CompactorConfig(data_dir=str(tmp_path)))
+    store = FileState(context=context)
+    sid = "team/ticket 9"  # not a plain file name: the file is named by a hash of it
+    assert store.save_state(sid, SessionState(summary="x", covered=3, version=1))
+    path = store.path_for(sid)
+    assert path.parent == tmp_path / "state" and path.name.startswith("_")
+    data = json.loads(path.read_text("utf-8"))
+    assert data["session_id"] == sid and data["summary"] == "x" and data["version"] == 1
+    assert path.with_suffix(".lock").exists()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    (info,) = store.list_sessions()
+    assert (info.session_id, info.plugin, info.where) == (sid, "state-files", str(path))
+    # another process reads what this one saved, and saves over it only from that version
+    other = FileState(context=context)
+    assert other.load_state(sid) == SessionState(summary="x", covered=3, version=1)
+    assert other.save_state(sid, SessionState(summary="y", covered=5, version=2))
+    assert store.save_state(sid, SessionState(summary="stale", covered=4, version=2)) is False
+    assert store.load_state(sid).summary == "y"
+
+
+@pytest.mark.parametrize(
+    "text", ['{"summary": "tor', "not json at all", '{"covered": "many"}'], ids=["torn", "garbage", "wrong-type"]
+)
+def test_an_unreadable_state_file_is_moved_aside_and_the_session_starts_fresh(tmp_path, caplog, text):
+    import logging
+
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins.state_files import FileState
+
+    store = FileState(context=PluginContext(CompactorConfig(data_dir=str(tmp_path))))
+    path = store.path_for("s")
+    path.parent.mkdir(parents=True)
+    path.write_text(text, "utf-8")
+    with caplog.at_level(logging.WARNING, logger="progressive_compactor"):
+        assert store.load_state("s") is None
+    assert not path.exists()
+    (aside,) = path.parent.glob("s.json.corrupt-*")
+    assert aside.read_text("utf-8") == text
+    assert "unreadable" in caplog.text and "starting over" in caplog.text
+    assert store.save_state("s", SessionState(summary="fresh", version=1))  # a fresh start saves as version 1
+
+
+def test_a_compactor_starts_over_from_a_corrupt_state_file(make_compactor, history, tmp_path):
+    summarizer = RecordingSummarizer()
+    window = window_for(history, 0.85)
+    first = make_compactor(context_window=window, plugins={"state": "state-files"}, extra_plugins=[("r", summarizer)])
+    assert first.compact_with_record(history)[1].tier is CompactionTier.FULL
+    (tmp_path / "state" / "test-session.json").write_text("{", "utf-8")
+    second = make_compactor(context_window=window, plugins={"state": "state-files"}, extra_plugins=[("r", summarizer)])
+    view, record = second.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL and summarizer.calls == 2  # summarized again from the history
+    assert problems(view) == []
+    assert second.state().version == 1 and second.state().covered == 15
+    assert list((tmp_path / "state").glob("test-session.json.corrupt-*"))
+
+
+def test_a_worker_that_loses_the_compare_and_set_says_so_and_follows_the_stored_state(make_compactor, history):
+    """Workers A and B compact the same turn; A saves first. B's save fails (compare-and-set): its
+    record says so, and its next turn is built on A's state, the one every worker sees."""
+    from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
+
+    window = window_for(history, 0.85)
+    worker_a = make_compactor(context_window=window, plugins={"state": "state-files"})
+
+    class FinishesTheOtherWorkerFirst:
+        def __init__(self):
+            self.raced = False
+
+        @hookimpl
+        def summarize(self, request):
+            if not self.raced:  # while B waits for its summary, A completes the same turn
+                self.raced = True
+                assert worker_a.compact_with_record(history)[1].tier is CompactionTier.FULL
+            return RecordingSummarizer(
+                text=lambda r: ExtractiveSummarizer().summarize(r).text + "\nB-SUMMARY"
+            ).summarize(request)
+
+    worker_b = make_compactor(
+        context_window=window, plugins={"state": "state-files"}, extra_plugins=[("race", FinishesTheOtherWorkerFirst())]
+    )
+    _, lost = worker_b.compact_with_record(history)
+    assert lost.tier is CompactionTier.FULL
+    assert lost.errors == ("saving session state failed: another turn of this session saved its state first",)
+    stored = worker_b.state()
+    assert stored.version == 1 and "B-SUMMARY" not in stored.summary
+    history += tool_turn("next", 300)
+    view_b, record_b = worker_b.compact_with_record(history)
+    view_a, _ = worker_a.compact_with_record(history)
+    assert record_b.tier is CompactionTier.NONE and record_b.errors == ()
+    assert view_b == view_a and "B-SUMMARY" not in view_b[1]["content"]

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SessionState
+from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SessionState, load_config
 from progressive_compactor.anchors import COMPACTION_MARKER
 from progressive_compactor.models import AnchorType
 from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
@@ -70,11 +70,17 @@ def ids(messages):
     ids=lambda v: f"{v}" if isinstance(v, float) else v.label,
 )
 def test_default_thresholds(ratio, tier):
-    assert ThresholdPolicy().determine_tier(ratio=ratio, tokens=1, context_window=100) is tier
+    assert ThresholdPolicy().determine_tier(ratio=ratio, context_window=100) is tier
 
 
 def test_no_window_means_no_compaction():
-    assert ThresholdPolicy().determine_tier(ratio=5.0, tokens=500, context_window=0) is CompactionTier.NONE
+    assert ThresholdPolicy().determine_tier(ratio=5.0, context_window=0) is CompactionTier.NONE
+
+
+def test_the_policy_reports_its_thresholds(make_compactor):
+    compactor = make_compactor(config={"policy-thresholds": {"warn": 0.5, "soft": 0.6, "full": 0.7, "emergency": 0.9}})
+    assert compactor.hooks.tier_thresholds() == {"warn": 0.5, "soft": 0.6, "full": 0.7, "emergency": 0.9}
+    assert ThresholdPolicy().tier_thresholds() == {"warn": 0.60, "soft": 0.70, "full": 0.80, "emergency": 0.95}
 
 
 @pytest.mark.parametrize(
@@ -100,6 +106,33 @@ def test_a_plugin_can_decide_the_tier(make_compactor, history):
     _, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.WARN
     assert len(record.offloaded) == 7
+
+
+def test_the_decision_hook_gets_the_turn_context(make_compactor, history):
+    from progressive_compactor import TurnContext, hookimpl
+
+    class Watcher:
+        def __init__(self):
+            self.turns = []
+
+        @hookimpl
+        def determine_tier(self, ratio, tokens, context_window, turn):
+            self.turns.append((ratio, tokens, context_window, turn))
+            return None  # no opinion: the default policy decides
+
+    watcher = Watcher()
+    compactor = make_compactor(context_window=10**6, extra_plugins=[("watcher", watcher)])
+    _, record = compactor.compact_with_record(history, "s-turn")
+    ((ratio, tokens, window, turn),) = watcher.turns
+    assert record.tier is CompactionTier.NONE
+    assert isinstance(turn, TurnContext)
+    assert (tokens, window) == (record.tokens_before, 10**6)
+    assert ratio == tokens / window
+    assert (turn.session_id, turn.context_window, turn.view_tokens) == ("s-turn", 10**6, record.tokens_before)
+    assert (turn.view_messages, turn.history_messages) == (len(history), len(history))
+    assert turn.state == SessionState() and turn.forced is False
+    compactor.compact_force(history, "s-turn")
+    assert len(watcher.turns) == 1  # a forced turn is Emergency whatever the policy says
 
 
 # --- TierNone ----------------------------------------------------------------------------------
@@ -143,12 +176,15 @@ def test_warn_offloads_only_the_head_and_keeps_the_structure(make_compactor, his
 def test_cache_aware_warn_offloads_only_results_worth_the_cache_break(make_compactor, summarizer, factor):
     # An old large result far up the view and a recent one at the head's end.
     history = build_history([12_000] + [800] * 40 + [12_000] + [800] * 3)
-    _, view, record = run(make_compactor, history, 0.65, summarizer, offload_break_factor=factor)
+    blocks = {} if factor is None else {"tier-warn": {"offload_break_factor": factor}}
+    _, view, record = run(make_compactor, history, 0.65, summarizer, config=blocks)
     assert record.tier is CompactionTier.WARN
     offloaded = {e.tool_call_id for e in record.offloaded}
     # Each saves ~2.6k tokens. call_41 has ~0.7k tokens after it: worth a cache break at 4x;
     # call_0 has ~13k after it (more than 4 x 2.6k): it waits for the summary.
     assert offloaded == ({"call_0", "call_41"} if factor is None else {"call_41"})
+    if factor is not None:  # what the bundled config sets
+        assert load_config("cache-aware").plugin_block("tier-warn") == {"offload_break_factor": factor}
     assert problems(view) == []
 
 
@@ -183,8 +219,11 @@ def test_soft_never_splits_a_tool_call_from_its_results(make_compactor, summariz
             {"id": "p2", "type": "function", "function": {"name": "read", "arguments": "{}"}},
         ],
     }
-    history += [parallel, {"role": "tool", "tool_call_id": "p1", "content": "a" * 3000},
-                {"role": "tool", "tool_call_id": "p2", "content": "b" * 3000}]
+    history += [
+        parallel,
+        {"role": "tool", "tool_call_id": "p1", "content": "a" * 3000},
+        {"role": "tool", "tool_call_id": "p2", "content": "b" * 3000},
+    ]
     history += build_history([3000] * 4, system=None, request="go on", id_prefix="late_")
     for min_tail in (2, 3, 4, 5, 6):
         _, view, record = run(make_compactor, history, 0.75, summarizer, min_tail_messages=min_tail)
@@ -227,7 +266,9 @@ def test_emergency_truncates_without_calling_the_summarizer(make_compactor, hist
     window = compactor.config.context_window
     assert record.tier is CompactionTier.EMERGENCY
     assert summarizer.calls == 0
-    assert record.error == EMERGENCY_ERROR
+    assert record.fallback
+    assert record.errors == (EMERGENCY_ERROR,)
+    assert record.escalations == ()
     assert estimate(view) == record.tokens_after <= compactor.config.fallback_budget * window
     assert view[0] == history[0]
     assert problems(view) == []
@@ -267,7 +308,10 @@ def test_record_fields(make_compactor, history, summarizer, ratio):
     assert record.tokens_after == estimate(view)
     assert record.compression_ratio == round(1 - record.tokens_after / record.tokens_before, 4)
     assert record.context_window == compactor.config.context_window
-    assert record.schema_version == 1
+    assert record.schema_version == 2
+    assert record.fallback is (ratio == 0.97)
+    assert record.errors == ((EMERGENCY_ERROR,) if ratio == 0.97 else ())
+    assert record.escalations == ()
     assert record.token_method == "tokens-chars"
     assert record.plugins["summarizer"] == "summarize-extractive"
     assert record.duration_ms >= 0
@@ -299,7 +343,7 @@ def test_after_a_compaction_the_next_turns_do_not_summarize_again(make_compactor
     assert record.tier is CompactionTier.NONE
     assert summarizer.calls == 1
     assert view[1] == compaction
-    assert view[2:] == history[-(TAIL + 2):]
+    assert view[2:] == history[-(TAIL + 2) :]
     assert record.tokens_before == estimate(view)  # the tier was decided on the view
 
 
@@ -334,7 +378,10 @@ def test_a_summary_larger_than_what_it_replaces_is_rejected(make_compactor, hist
     # The offloads of the oldest half already brought the view below Soft: nothing to escalate.
     assert bloated.calls == 1
     assert record.tier is CompactionTier.SOFT
-    assert "loop guard: the summary" in record.error
+    (escalation,) = record.escalations
+    assert escalation.startswith("loop guard: the summary (") and "is larger than what it replaces" in escalation
+    assert not record.fallback and EMERGENCY_ERROR not in record.errors
+    assert not any(e.startswith("loop guard") for e in record.errors)  # normal behaviour, not an error
     assert record.summarized == 0 and record.summary_text == ""
     assert not any(str(m["content"]).startswith(COMPACTION_MARKER) for m in view)
     assert ids(view) == ids(history)
@@ -348,8 +395,13 @@ def test_a_summary_larger_than_what_it_replaces_escalates(make_compactor):
     assert bloated.calls == 2  # Soft, then Full, then the fallback without a summary
     assert record.tier is CompactionTier.EMERGENCY
     assert record.requested_tier is CompactionTier.SOFT
-    assert "loop guard: the summary" in record.error
-    assert EMERGENCY_ERROR in record.error
+    summary_1, soft, summary_2, full = record.escalations
+    assert summary_1.startswith("loop guard: the summary (") and summary_2.startswith("loop guard: the summary (")
+    assert soft.startswith("loop guard: Soft left the view at ") and soft.endswith("; escalating")
+    assert full.startswith("loop guard: Full left the view at ") and full.endswith("; escalating")
+    assert record.fallback
+    assert record.errors[-1] == EMERGENCY_ERROR
+    assert not any(e.startswith("loop guard") for e in record.errors)
     assert "very long summary " * 3 not in str(view)
     assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
     assert problems(view) == []
@@ -360,9 +412,11 @@ def test_a_compaction_that_stays_above_soft_escalates_full_then_emergency(make_c
     compactor, view, record = run(make_compactor, history, 0.78, summarizer)
     assert record.requested_tier is CompactionTier.SOFT
     assert record.tier is CompactionTier.EMERGENCY
-    assert "loop guard: Soft left the view" in record.error
-    assert "loop guard: Full left the view" in record.error
-    assert record.error.endswith(EMERGENCY_ERROR)
+    soft, full = record.escalations
+    assert soft.startswith("loop guard: Soft left the view at ") and soft.endswith(" of the window; escalating")
+    assert full.startswith("loop guard: Full left the view at ") and full.endswith(" of the window; escalating")
+    assert record.fallback
+    assert record.errors == (EMERGENCY_ERROR,)
     assert summarizer.calls == 2
     window = compactor.config.context_window
     assert estimate(view) <= compactor.config.fallback_budget * window
@@ -370,26 +424,61 @@ def test_a_compaction_that_stays_above_soft_escalates_full_then_emergency(make_c
 
 
 def test_a_tier_plugin_can_change_what_a_tier_does(make_compactor, history, summarizer):
-    from progressive_compactor import TierPlan, hookimpl
+    from progressive_compactor import TierPlan, TurnContext, hookimpl
 
     class WarnOffloadsEverything:
         def __init__(self):
-            self.inputs = []
+            self.calls = []
+
+        @hookimpl
+        def apply_tier(self, tier_input, turn):
+            self.calls.append((tier_input, turn))
+            return TierPlan(offload=True, offload_tail=True)
+
+    plugin = WarnOffloadsEverything()
+    _, view, record = run(
+        make_compactor,
+        history,
+        0.65,
+        summarizer,
+        extra_plugins=[("everything", plugin)],
+        plugins={"tier_warn": "everything"},
+    )
+    ((seen, turn),) = plugin.calls
+    assert seen.tier is CompactionTier.WARN
+    assert (len(seen.head), len(seen.tail)) == (HEAD, TAIL)
+    assert seen.view_tokens == record.tokens_before and seen.context_window == record.context_window
+    assert isinstance(turn, TurnContext) and turn.session_id == "test-session"
+    assert record.tier is CompactionTier.WARN
+    assert record.plugins["tier_warn"] == "everything"
+    assert len(record.offloaded) == 10  # the tail's results too
+    assert ids(view) == ids(history)
+
+
+def test_a_tier_plugin_that_is_not_selected_is_never_called(make_compactor, history, summarizer):
+    from progressive_compactor import TierPlan, hookimpl
+
+    class Unselected:
+        def __init__(self):
+            self.calls = 0
 
         @hookimpl
         def apply_tier(self, tier_input):
-            self.inputs.append(tier_input)
-            if tier_input.tier is CompactionTier.WARN:
-                return TierPlan(offload=True, offload_tail=True)
-            return None
+            self.calls += 1
+            return TierPlan(offload=True, offload_tail=True)
 
-    plugin = WarnOffloadsEverything()
-    _, view, record = run(make_compactor, history, 0.65, summarizer, extra_plugins=[("everything", plugin)])
-    (seen,) = plugin.inputs
-    assert (len(seen.head), len(seen.tail)) == (HEAD, TAIL)
-    assert seen.view_tokens == record.tokens_before and seen.context_window == record.context_window
-    assert len(record.offloaded) == 10  # the tail's results too
-    assert ids(view) == ids(history)
+    plugin = Unselected()
+    _, _, record = run(make_compactor, history, 0.65, summarizer, extra_plugins=[("unselected", plugin)])
+    assert plugin.calls == 0
+    assert record.tier is CompactionTier.WARN
+    assert {e.tool_call_id for e in record.offloaded} == {f"call_{i}" for i in range(7)}  # tier-warn's plan
+
+
+def test_a_tier_role_set_to_none_does_nothing(make_compactor, history, summarizer):
+    _, view, record = run(make_compactor, history, 0.65, summarizer, plugins={"tier_warn": "none"})
+    assert record.tier is CompactionTier.WARN
+    assert record.offloaded == () and record.errors == ()
+    assert view == history
 
 
 def test_a_token_estimator_plugin_decides_the_counts(make_compactor, history):

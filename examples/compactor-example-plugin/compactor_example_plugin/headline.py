@@ -3,15 +3,15 @@
 It shows the ``summarize`` hook: the request carries only the messages not yet covered, the
 previous summary and anchors, and the facts the core extracted from the messages. The text it
 returns uses the ``## Title`` sections that the default ``anchors-markdown`` plugin reads, so the
-five anchors come out of it without a parser of its own.
+five anchors come out of it without a parser of its own. Like every plugin, it imports from
+``progressive_compactor.plugin`` only: the declared plugin API.
 """
 
 from __future__ import annotations
 
 import attrs
 
-from progressive_compactor import Anchor, AnchorType, SummaryRequest, SummaryResult, hookimpl
-from progressive_compactor.anchors import format_summary
+from progressive_compactor.plugin import Anchor, AnchorType, SummaryRequest, SummaryResult, format_summary, hookimpl
 
 MARKER = "Headline summary"
 """The prose starts with this, so a test (or a reader) sees which summarizer wrote it."""
@@ -47,7 +47,9 @@ class HeadlineSummarizer:
             Anchor(AnchorType.USER_INTENT, headline(facts.user_request or previous.get(AnchorType.USER_INTENT), limit)),
             Anchor(
                 AnchorType.EXECUTION_PROGRESS,
-                headline(f"Changed {', '.join(files)}" if files else previous.get(AnchorType.EXECUTION_PROGRESS), limit),
+                headline(
+                    f"Changed {', '.join(files)}" if files else previous.get(AnchorType.EXECUTION_PROGRESS), limit
+                ),
             ),
             Anchor(AnchorType.KEY_DECISION, headline(facts.decisions[-1] if facts.decisions else None, limit)),
             Anchor(

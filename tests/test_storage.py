@@ -1,0 +1,149 @@
+"""Writing files safely (progressive_compactor.storage) and keeping secrets out of them
+(progressive_compactor.redaction): what every file-keeping plugin relies on."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from progressive_compactor.errors import StorageError
+from progressive_compactor.redaction import MASK, SecretRegistry
+from progressive_compactor.storage import (
+    append_line,
+    expand_path,
+    private_dir,
+    read_private,
+    remove,
+    safe_name,
+    write_private,
+)
+
+# --- names ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["s1", "ticket-42", "call_0", "a.b-c_d", "x" * 128])
+def test_a_plain_name_is_kept(value):
+    assert safe_name(value) == value
+
+
+@pytest.mark.parametrize(
+    "value", ["", ".", "..", "a/b", "../../etc", "/abs", "x\x00y", "-rf", "a..b", "x" * 129, "C:\\evil"]
+)
+def test_any_other_name_becomes_a_hash(value):
+    name = safe_name(value)
+    assert name.startswith("_") and len(name) == 41
+    assert "/" not in name and "\\" not in name and ".." not in name
+    assert safe_name(value) == name and safe_name(value + "!") != name
+
+
+def test_a_folder_setting_expands_the_data_dir_and_the_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert expand_path("{data_dir}/records", tmp_path / "data") == tmp_path / "data" / "records"
+    assert expand_path("~/x", tmp_path) == tmp_path / "home" / "x"
+
+
+# --- writing under a root -------------------------------------------------------------------------
+
+
+def test_files_are_written_whole_and_private(tmp_path):
+    root = tmp_path / "root"
+    path = root / "a" / "b" / "file.txt"
+    write_private(path, b"one", root)
+    write_private(path, b"two", root)
+    assert path.read_bytes() == b"two"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    for folder in (root, root / "a", root / "a" / "b"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert [p.name for p in path.parent.iterdir()] == ["file.txt"]  # no temporary file left
+    assert read_private(path, root) == b"two"
+    assert read_private(root / "missing.txt", root) is None
+
+
+def test_an_existing_folder_is_left_as_it_is(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    private_dir(tmp_path / "new", tmp_path)
+    assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
+
+
+@pytest.mark.parametrize("write", [write_private, append_line], ids=["write_private", "append_line"])
+def test_a_path_outside_the_root_is_refused(tmp_path, write):
+    root = tmp_path / "root"
+    data = b"x" if write is write_private else "x"
+    for path in (tmp_path / "outside.txt", root / ".." / "outside.txt"):
+        with pytest.raises(StorageError, match="refusing"):
+            write(path, data, root)
+    assert not (tmp_path / "outside.txt").exists()
+
+
+@pytest.mark.parametrize("write", [write_private, append_line], ids=["write_private", "append_line"])
+def test_a_link_under_the_root_is_never_followed(tmp_path, write):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "s").symlink_to(outside)
+    data = b"x" if write is write_private else "x"
+    with pytest.raises(StorageError, match="symbolic link"):
+        write(root / "s" / "f.txt", data, root)
+    assert list(outside.iterdir()) == []
+
+
+def test_reading_through_a_link_is_refused(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not read")
+    (root / "f.txt").symlink_to(secret)
+    with pytest.raises(StorageError, match="symbolic link"):
+        read_private(root / "f.txt", root)
+
+
+def test_remove_deletes_a_link_not_what_it_points_to(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    target = tmp_path / "keep"
+    target.mkdir()
+    (target / "file").write_text("kept")
+    (root / "folder").mkdir()
+    (root / "folder" / "f").write_text("x")
+    assert remove(root / "folder", root) is True and not (root / "folder").exists()
+    assert remove(root / "folder", root) is False
+    (root / "link").symlink_to(target)
+    with pytest.raises(StorageError):
+        remove(root / "link" / "file", root)
+    assert (target / "file").read_text() == "kept"
+    with pytest.raises(StorageError, match="not under"):
+        remove(target, root)
+
+
+# --- secrets --------------------------------------------------------------------------------------
+
+KEY = "sk-live-0123456789abcdefXYZ"
+
+
+def test_a_secret_is_masked_in_any_letter_case():
+    secrets = SecretRegistry([KEY])
+    assert secrets.redact(f"Authorization: Bearer {KEY}") == f"Authorization: Bearer {MASK}"
+    assert secrets.redact(KEY.upper()) == MASK
+    assert secrets.redact("nothing to hide") == "nothing to hide"
+
+
+def test_a_start_or_an_end_of_a_secret_cut_by_truncation_is_masked():
+    secrets = SecretRegistry([KEY])
+    assert secrets.redact(f"key={KEY[:14]}[... cut ...]") == f"key={MASK}[... cut ...]"
+    assert secrets.redact(f"...{KEY[-12:]} end") == f"...{MASK} end"
+    assert KEY[:9] in secrets.redact(f"x {KEY[:9]} y")  # shorter than a piece: ordinary text
+
+
+def test_short_values_are_not_registered():
+    secrets = SecretRegistry(["abc", "", None])
+    assert not secrets
+    assert secrets.redact("abc") == "abc"
+
+
+def test_the_registry_is_part_of_the_plugin_api_and_of_the_testing_helpers():
+    from progressive_compactor import plugin, testing
+
+    assert plugin.SecretRegistry is SecretRegistry is testing.SecretRegistry
