@@ -207,7 +207,9 @@ def test_compactor_module_reads_like_the_algorithm():
 # --- text that stands alone -------------------------------------------------------------------
 
 CITATION = re.compile(r"seed (section )?[0-9]|the seed|seed's|\.\./shared|issue [0-9]|(?-i:DESIGN\.md)", re.I)
-GO_NAMES = re.compile(r"RecordedCompactor|ForceCompactor|OffloadHook|repairOrphanedToolPairs|CompactWithRecord|harness9")
+GO_NAMES = re.compile(
+    r"RecordedCompactor|ForceCompactor|OffloadHook|repairOrphanedToolPairs|CompactWithRecord|harness9"
+)
 
 
 def texts() -> list[Path]:

@@ -161,7 +161,7 @@ def summary_table(summaries: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def _retention(s: Mapping[str, Any]) -> str:
-    """Probe categories of :mod:`progressive_compactor.probes` and the share of each kept."""
+    """Probe categories of :mod:`progressive_compactor.lab.probes` and the share of each kept."""
     ratios = s.get("retention") or {}
     kept = [f"{name} {ratio:.0%}" for name, ratio in ratios.items() if ratio is not None]
     return ", ".join(kept) or "-"

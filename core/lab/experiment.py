@@ -283,7 +283,7 @@ Metrics = dict[str, float | None]
 
 
 def metrics_from_replay(result: Any) -> Metrics:
-    """The comparison metrics of one :class:`~progressive_compactor.replay.ReplayResult`."""
+    """The comparison metrics of one :class:`~progressive_compactor.lab.replay.ReplayResult`."""
     retention = result.retention.ratios() if result.retention is not None else {}
     return {
         "cost": result.cost.total if result.cost is not None else None,

@@ -24,7 +24,7 @@ counted), tokens out = the summary text. Reported tokens win when the provider g
 Billed cost (:mod:`progressive_compactor.pricing`): the output tokens of a call are the
 estimated tokens of the recorded assistant message that follows the view.
 
-Retention (:mod:`progressive_compactor.probes`): probes built from the history the final view
+Retention (:mod:`progressive_compactor.lab.probes`): probes built from the history the final view
 was computed from, checked against that final view and the offloaded files it names.
 """
 
@@ -120,7 +120,7 @@ class ReplayResult:
     """The first problems found (at most 5), as ``turn i: problem``."""
     cost: Cost | None = None
     retention: Any = None
-    """A :class:`progressive_compactor.probes.Retention`, when probes were computed."""
+    """A :class:`progressive_compactor.lab.probes.Retention`, when probes were computed."""
     variant: str | None = None
     messages: int = 0
 

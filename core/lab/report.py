@@ -125,7 +125,7 @@ def _compaction(x: int, record: CompactionRecord, label: str) -> Compaction:
 def from_replay(
     result: Any, thresholds: Mapping[str, float], title: str, summary: Mapping[str, Any] | None = None
 ) -> ReportData:
-    """Report data of a :class:`~progressive_compactor.replay.ReplayResult`."""
+    """Report data of a :class:`~progressive_compactor.lab.replay.ReplayResult`."""
     turns = result.turns
     compactions = tuple(
         _compaction(n, t.record, f"call {n} (message {t.index})")
