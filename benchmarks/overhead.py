@@ -6,10 +6,10 @@ tier it ended at. Next to it, the same turn's history gets the cheapest possible
 that sums the messages' content lengths. The ratio of the two is the compactor's cost in units of
 "reading the history once". The offline summarizer is used, so Soft/Full include its (cheap) work.
 
-    python benchmarks/overhead.py                 # all of ../shared/corpus at 32k tokens
+    python benchmarks/overhead.py                 # every corpus session at 32k tokens
     python benchmarks/overhead.py --window 16000 --corpus /path/to/corpus
 
-Goal (issue 2): at TierNone the decision costs at most 2x the bare pass.
+Goal: at TierNone the decision costs at most 2x the bare pass.
 """
 
 from __future__ import annotations

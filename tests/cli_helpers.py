@@ -16,7 +16,7 @@ NOTICE = re.compile(
     r"\(\d+% compression ratio\)\n"
     r"   \d+ anchors \| \d+ offload\([0-9.]+(?:B|KB|MB)\) \| \d+ summarized \| tail: \d+ preserved"
 )
-"""Seed 5.4's two lines, exactly (one space, arrows without spaces, three-space indent)."""
+"""The notice's two lines, exactly (one space, arrows without spaces, three-space indent)."""
 ANSI = re.compile(r"\x1b\[")
 
 

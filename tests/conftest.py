@@ -24,7 +24,7 @@ CORPUS_ENV = "COMPACTOR_CORPUS"
 
 
 def corpus_path() -> Path:
-    """``$COMPACTOR_CORPUS``, else ``../shared/corpus`` beside the repository."""
+    """``$COMPACTOR_CORPUS``, else a ``shared/corpus`` folder beside the repository."""
     env = os.environ.get(CORPUS_ENV)
     return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "corpus"
 

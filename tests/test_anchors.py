@@ -1,4 +1,4 @@
-"""Anchors (seed section 4): parsing with N/A filling, union merge, the compaction message, and
+"""Anchors: parsing with N/A filling, union merge, the compaction message, and
 the deterministic facts that the core adds whatever the summarizer wrote."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def by_type(anchors):
     return {a.type: a.content for a in anchors}
 
 
-# --- parsing (seed 4.4) --------------------------------------------------------------------------
+# --- parsing -------------------------------------------------------------------------------------
 
 
 def test_all_five_anchors_and_the_prose_are_read():
@@ -102,7 +102,7 @@ def test_complete_orders_and_fills():
     assert all(a.is_empty for a in empty_anchors())
 
 
-# --- merge (seed 4.5) ----------------------------------------------------------------------------
+# --- merge ---------------------------------------------------------------------------------------
 
 
 def test_merge_keeps_old_anchors_that_new_ones_leave_na():
@@ -245,7 +245,7 @@ def test_a_parse_anchors_plugin_replaces_the_markdown_reader(make_compactor):
 
 
 def test_anchors_merge_across_compactions(make_compactor):
-    """The second summary writes a new decision and N/A for the old one: both survive (seed 4.5)."""
+    """The second summary writes a new decision and N/A for the old one: both survive (a union)."""
     texts = iter(
         [
             "## Key Decisions\n- first decision\n## Tried Solutions\n- approach A failed\n## Summary\none",

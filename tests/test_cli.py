@@ -122,7 +122,7 @@ def test_unknown_command_and_option_are_one_line_usage_errors() -> None:
 
 
 def test_seed_notification_format_exactly() -> None:
-    """Seed 5.4's example, reproduced from a record with the same numbers."""
+    """The documented notice, reproduced from a record with the same numbers."""
     entries = tuple(
         OffloadEntry(tool_call_id=f"c{i}", handle=f"s/c{i}", path="", chars=14_000, lines=1, sha256="")
         for i in range(3)

@@ -1,4 +1,4 @@
-"""The YAML config: defaults of seed 2.2, strict structuring with one problem per line and its
+"""The YAML config: the documented defaults, strict structuring with one problem per line and its
 path, bundled configs, files, overrides."""
 
 from __future__ import annotations

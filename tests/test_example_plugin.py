@@ -96,7 +96,7 @@ def test_selected_from_yaml_it_replaces_the_summarizer_and_the_store(example_plu
     assert record.plugins["summarizer"] == "example-headline"
     assert record.summary_text.startswith("Headline summary: 19 messages folded in")
     assert "Headline summary" in view[1]["content"]
-    # The headline cut the request to 80 characters; the core puts it back whole (DESIGN.md facts).
+    # The headline cut the request to 80 characters; the core puts it back whole (the core's own facts).
     assert record.anchors[0].content.startswith(history[1]["content"] + "\n")
 
     # the database is in the data folder, where "{data_dir}/records.sqlite3" (the default) puts it

@@ -1,4 +1,4 @@
-"""Deterministic facts (DESIGN.md "facts that do not depend on the summarizer") and the offline
+"""Deterministic facts (facts that do not depend on the summarizer) and the offline
 default summarizer that writes the five anchors from them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The essential truncation fallback (seed 6.2) and the summarizer rows of seed 6.1: whatever the
+"""The essential truncation fallback and what a failing summarizer leads to: whatever the
 summarizer does wrong, the compactor falls back to truncation and records why."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_groups_keep_results_with_their_call():
     ]
 
 
-# --- summarizer failures (seed 6.1) --------------------------------------------------------------
+# --- summarizer failures -----------------------------------------------------------------------
 
 
 class ReturnsBlank:

@@ -1,5 +1,5 @@
 """OpenAI chat messages: reading and writing them (unknown keys kept), the validity check, orphan
-repair (seed's repairOrphanedToolPairs, counted in the record), and the Anthropic converters."""
+repair of orphaned tool calls and results (counted in the record), and the Anthropic converters."""
 
 from __future__ import annotations
 

@@ -214,9 +214,9 @@ GO_NAMES = re.compile(
 
 def texts() -> list[Path]:
     found = [ROOT / "README.md", CONTRIBUTING, ROOT / "CHANGELOG.md"]
-    for folder in ("core", "plugins", "configs", "docs"):
+    for folder in ("core", "plugins", "configs", "docs", "tests", "benchmarks", "examples"):
         found += [p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".yaml", ".md") and p.is_file()]
-    return sorted(p for p in found if p.exists())
+    return sorted(p for p in found if p.exists() and p != Path(__file__) and "egg-info" not in str(p))
 
 
 @pytest.mark.parametrize("path", texts(), ids=lambda p: str(p.relative_to(ROOT)))

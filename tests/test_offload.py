@@ -1,5 +1,5 @@
-"""Offload (seed section 3): one file per tool result, the three skip conditions, the idempotency
-cache, fail-open writes, path safety, the production-time OffloadHook and reading results back."""
+"""Offload: one file per tool result, the three skip conditions, the idempotency
+cache, fail-open writes, path safety, offloading a result as it arrives, and reading results back."""
 
 from __future__ import annotations
 
@@ -249,7 +249,7 @@ def test_files_are_private(tmp_path):
     assert not [p for p in Path(entry.path).parent.iterdir() if p.name.startswith(".tmp")]
 
 
-# --- fail-open (seed 6.1) ------------------------------------------------------------------------
+# --- fail-open ---------------------------------------------------------------------------------
 
 
 def compact_with_an_unwritable_root(make_compactor, tmp_path, ratio):
@@ -295,7 +295,7 @@ def test_the_offload_hook_is_fail_open_too(make_compactor, tmp_path, caplog):
     assert "offloading tool result c1 failed" in caplog.text
 
 
-# --- production-time OffloadHook (seed 3.4) ------------------------------------------------------
+# --- offload as a result arrives ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("chars, offloaded", [(10_000, False), (10_001, True)])

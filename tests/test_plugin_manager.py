@@ -314,7 +314,7 @@ def test_extract_memory_failures_are_skipped_silently(make_compactor):
     compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("amnesiac", Amnesiac())])
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.FULL and record.summarized == 15
-    assert record.errors == ()  # seed 6.1: silent skip, nothing in the record
+    assert record.errors == ()  # fail-open: skipped silently, nothing in the record
 
 
 def test_record_names_the_plugins_that_answered(make_compactor):

@@ -1,4 +1,4 @@
-"""CompactionRecords (seed section 5): the JSONL store, fail-open persistence, the notification,
+"""CompactionRecords: the JSONL store, fail-open persistence, the notification,
 reading records of an older schema version."""
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from progressive_compactor.plugins.store_jsonl import JsonlStore
 from progressive_compactor.storage import append_line
 from progressive_compactor.testing import ListStore, build_history, window_for
 
-SEED_FIELDS = (
+BASE_FIELDS = (
     "id session_id timestamp tier tokens_before tokens_after msgs_before msgs_after anchors offloaded "
     "summarized preserved_tail summary_text compression_ratio duration_ms errors"
 ).split()
-"""The seed's fields; its one ``error`` string is ``errors`` (one entry per cause) since schema 2."""
-DESIGN_FIELDS = (
+"""The fields every record had; their one ``error`` string is ``errors`` (one entry per cause) since schema 2."""
+ADDED_FIELDS = (
     "schema_version variant plugins token_method repaired_tool_pairs cache_stable_prefix_tokens "
     "summarizer_tokens_in summarizer_tokens_out fallback escalations"
 ).split()
@@ -51,7 +51,7 @@ def test_each_record_is_one_json_line_in_the_sessions_file(full_run):
     assert record.tier is CompactionTier.FULL
     (line,) = lines_of(path)
     data = json.loads(line)
-    assert set(SEED_FIELDS + DESIGN_FIELDS) <= set(data)
+    assert set(BASE_FIELDS + ADDED_FIELDS) <= set(data)
     assert "error" not in data  # schema 1's field
     assert data["schema_version"] == SCHEMA_VERSION == 2
     assert (data["errors"], data["fallback"], data["escalations"]) == ([], False, [])
@@ -279,7 +279,7 @@ def test_a_link_planted_as_a_sessions_records_file_is_not_followed(make_compacto
     assert compactor.records() is None  # a link is never read as records
 
 
-# --- fail-open persistence (seed 6.1) -----------------------------------------------------------
+# --- fail-open persistence --------------------------------------------------------------------
 
 
 class BrokenStore:
@@ -329,7 +329,7 @@ def test_stores_can_be_disabled(make_compactor, tmp_path):
     assert not (tmp_path / "records").exists()
 
 
-# --- notification (seed 5.4) -------------------------------------------------------------------
+# --- the notice -------------------------------------------------------------------------------
 
 
 def test_the_two_line_notification(full_run):

@@ -1,5 +1,5 @@
-"""The three interfaces (seed 7), the constructor options, the non-destructive session engine
-(seed 8), state kept outside the process, and the cascade clean-up (seed 5.5)."""
+"""The compacting interfaces (view alone, forced, with a record), the constructor options, the
+non-destructive session helper, state kept outside the process, and the cascade clean-up."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_an_async_summarizer_is_awaited(make_compactor, history):
     assert record.summary_text == "async"
 
 
-# --- constructor options (seed 7) ---------------------------------------------------------------------
+# --- constructor options ----------------------------------------------------------------------------
 
 
 class RecordList:
@@ -187,7 +187,7 @@ def test_the_session_id_option_is_the_default_session(make_compactor, history, t
     assert compactor.compact_with_record(history, "other")[1].session_id == "other"
 
 
-# --- the session engine (seed 8) -------------------------------------------------------------------------
+# --- the session helper ---------------------------------------------------------------------------------
 
 
 def test_a_session_keeps_the_full_history_and_derives_a_view_per_turn(make_compactor, history):
@@ -262,7 +262,7 @@ def test_delete_cascades_to_offloads_records_and_state(make_compactor, history, 
     assert (tmp_path / "tool_results" / "kept").is_dir()
 
 
-# --- state outside the process (DESIGN.md) -----------------------------------------------------------------
+# --- state outside the process --------------------------------------------------------------------------
 
 
 def test_a_second_process_continues_from_the_saved_state(make_compactor, history):
