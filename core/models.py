@@ -19,6 +19,8 @@ Version 2 replaced the one ``error`` string of version 1 by ``errors`` (a list o
 ``fallback`` and ``escalations``; version 1 records are still read (see ``docs/records.md``)."""
 
 NOT_AVAILABLE = "N/A"
+MAX_DROPPED_HANDLES = 200
+"""A session's state keeps the handles of this many of the results that left the view."""
 
 
 @attrs.frozen
@@ -109,12 +111,18 @@ class OffloadEntry:
     """What ``compactor show`` and the read tool take to read the full text back."""
     path: str
     chars: int
-    """Characters of the tool result as it was in the history (the core matches an entry to its
-    message by tool call id and this length)."""
+    """Characters of the tool result as it was in the history."""
     lines: int
     sha256: str
+    """Of the text as written (secrets masked)."""
     placeholder: str = attrs.field(default="", repr=False)
     """The text that stands for the result in the view: a preview and the handle."""
+    position: int = -1
+    """Index of the message in the session's history after the system message (-1: offloaded
+    as it arrived, outside a turn). With ``fingerprint`` it names one occurrence: a tool call id
+    that a provider reuses (``call_0`` in every reply) never gets another result's placeholder."""
+    fingerprint: str = ""
+    """Hash of the original message, so a different message at the same position never matches."""
 
 
 @attrs.frozen
@@ -213,8 +221,10 @@ class SessionState:
     covered_fingerprint: str | None = None
     """Hash of the last covered message, to notice a caller that passes a different history."""
     offloaded: Mapping[str, OffloadEntry] = attrs.field(factory=dict)
+    """Offload entries of the messages not yet covered, keyed by their position (as a string)."""
     dropped_handles: tuple[str, ...] = ()
-    """Handles of offloaded results whose placeholders were folded into the summary."""
+    """Handles of offloaded results whose placeholders were folded into the summary (the newest
+    :data:`MAX_DROPPED_HANDLES`)."""
     version: int = 0
     """Bumped by every save; a state store saves only over the version before it."""
 

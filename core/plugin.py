@@ -73,6 +73,7 @@ from .pricing import PriceTable
 from .redaction import SecretRegistry
 from .storage import (
     append_line,
+    create_private,
     expand_path,
     newest_mtime,
     private_dir,
@@ -115,6 +116,7 @@ __all__ = [
     "append_line",
     "bound_text",
     "char_count",
+    "create_private",
     "empty_anchors",
     "expand_path",
     "extract_facts",

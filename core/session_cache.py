@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from .facts import first_user_request
-from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content, text_of
+from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content
 from .models import Message, SessionState
 
 Estimate = Callable[[Sequence[Message]], list[int]]
@@ -41,18 +41,23 @@ class Recent:
     repairs: int
 
 
-def with_placeholder(message: Message, state: SessionState) -> Message:
-    """``message`` with its offload placeholder, if the state says it was offloaded.
-
-    An entry matches by tool call id and the length of the original text, so that a tool call id
-    reused later in the session does not get the earlier result's placeholder.
-    """
+def with_placeholder(message: Message, position: int, state: SessionState) -> Message:
+    """``message`` (at ``position`` in the session) with its offload placeholder, if the state
+    says this very message was offloaded: the entry is found by position and must carry the
+    message's fingerprint, so a tool call id reused later in the session, or another history
+    under the same session id, never gets another result's placeholder."""
     if message.role != "tool" or not state.offloaded:
         return message
-    entry = state.offloaded.get(message.tool_call_id or "")
-    if entry is None or entry.chars != len(text_of(message)):
+    entry = state.offloaded.get(str(position))
+    if entry is None or entry.fingerprint != fingerprint(message):
         return message
     return replace_content(message, entry.placeholder)
+
+
+def state_key(state: SessionState) -> tuple[Any, ...]:
+    """What identifies a state's view: a view built for another state is never reused, even one
+    with the same version (a store without compare-and-set may hold two)."""
+    return (state.version, state.covered, state.covered_fingerprint, len(state.offloaded), len(state.summary or ""))
 
 
 def as_message(item: Any, index: int) -> Message:
@@ -85,10 +90,11 @@ class SessionCache:
         self.first_request: str | None = None
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
-        self._recent_key: tuple[int, int, int] | None = None
+        self._recent_key: tuple[Any, ...] | None = None
         self._recent: Recent | None = None
-        # The uncovered view, for the state version it was built for.
-        self.view_version = -1
+        self._recent_originals: list[Message] = []
+        # The uncovered view, for the state it was built for.
+        self.view_state: tuple[Any, ...] | None = None
         self.uncovered: list[Message] = []
         self.uncovered_dicts: list[dict[str, Any]] = []
         self.uncovered_tokens = 0
@@ -154,12 +160,14 @@ class SessionCache:
 
     def recent(self, state: SessionState) -> Recent:
         """The repaired recent messages, offloads applied; cached until they or the state change."""
-        key = (len(self.recent_messages), self.settled_from, state.version)
+        key = (len(self.recent_messages), self.settled_from, *state_key(state))
         if self._recent_key == key and self._recent is not None:
             return self._recent
         repaired, repairs = repair_tool_pairs(self.recent_messages, at_start=False)
+        self._recent_originals = repaired
         if state.offloaded:  # an Emergency offloads recent results too: a retry must see that
-            repaired = [with_placeholder(m, state) for m in repaired]
+            start = len(self.settled)
+            repaired = [with_placeholder(m, start + j, state) for j, m in enumerate(repaired)]
         if self.first_request is None:
             self.first_request = first_user_request(repaired, self.intent_max_chars)
         tokens = sum(self.estimate(repaired)) if repaired else 0
@@ -170,27 +178,33 @@ class SessionCache:
     # --- the state's boundary and view ----------------------------------------------------------
 
     def boundary_matches(self, state: SessionState) -> bool:
-        """Whether the last message the state's summary covers is this history's message there.
-
-        The boundary was fingerprinted as the summary saw it: offloaded, if it was.
+        """Whether the last message the state's summary covers is this history's message there,
+        and the first one it does not cover starts a group (is not a tool result): a view that
+        began with an orphan result would be invalid.
         """
         if not state.covered:
             return True
         key = (state.covered, state.covered_fingerprint)
         if self.verified == key:
             return True
-        if state.covered > len(self.settled):
+        if state.covered > len(self.settled) or self._starts_inside_a_group(state.covered):
             return False
-        last = self.settled[state.covered - 1]
-        if state.covered_fingerprint in (fingerprint(last), fingerprint(with_placeholder(last, state))):
+        if state.covered_fingerprint == fingerprint(self.settled[state.covered - 1]):
             self.verified = key
             return True
         return False
 
+    def _starts_inside_a_group(self, index: int) -> bool:
+        after = self.settled[index] if index < len(self.settled) else None
+        if after is None and self.recent_messages:
+            after = self.recent_messages[0]
+        return after is not None and after.role == "tool"
+
     def refresh(self, state: SessionState, compaction_message: Callable[[SessionState], Message]) -> None:
         """Keep the uncovered view for ``state``, extending it as ``settled`` grows."""
-        if self.view_version != state.version or self.uncovered_end < state.covered:
-            self.view_version = state.version
+        key = state_key(state)
+        if self.view_state != key or self.uncovered_end < state.covered:
+            self.view_state = key
             self.uncovered, self.uncovered_dicts, self.uncovered_tokens = [], [], 0
             self.uncovered_end = state.covered
             if state.covered:
@@ -203,7 +217,7 @@ class SessionCache:
         for i in range(self.uncovered_end, end):
             m = self.settled[i]
             tokens = self.settled_tokens[i]
-            shown = with_placeholder(m, state)
+            shown = with_placeholder(m, i, state)
             if shown is not m:
                 tokens = self.estimate([shown])[0]
             self.uncovered.append(shown)
@@ -212,7 +226,13 @@ class SessionCache:
         self.uncovered_end = max(self.uncovered_end, end)
 
     def forget_view(self) -> None:
-        self.view_version = -1
+        self.view_state = None
+
+    def original(self, position: int) -> Message:
+        """The repaired message at ``position`` as the history has it (no placeholder)."""
+        if position < len(self.settled):
+            return self.settled[position]
+        return self._recent_originals[position - len(self.settled)]
 
     def originals(self, start: int, stable: int, rest: Sequence[Message]) -> list[Message]:
         """``settled[start:start + stable]`` (the original texts, not placeholders) + ``rest``."""

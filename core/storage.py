@@ -128,6 +128,29 @@ def write_private(path: Path, data: bytes, root: Path) -> None:
         raise
 
 
+def create_private(path: Path, data: bytes, root: Path) -> bool:
+    """Create ``path`` (under ``root``) holding ``data``, owner-only, only if nothing is there:
+    True if this call created it, False if it existed. Whole or absent, never partial: the data
+    is written to a temporary file first and linked into place."""
+    private_dir(path.parent, root)
+    _check_under(root, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)  # fails if anything, a link included, is already at ``path``
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace the file at ``path`` (a user's output file) by ``data`` atomically, owner-only
     (0600): an interrupted write leaves the old file whole, never an empty or partial one."""
@@ -213,6 +236,7 @@ def newest_mtime(path: Path) -> float:
 __all__ = [
     "DATA_DIR_ENV",
     "append_line",
+    "create_private",
     "default_data_dir",
     "expand_path",
     "newest_mtime",

@@ -33,7 +33,7 @@ from .config import CompactorConfig, config_to_dict, deep_merge
 from .errors import SummarizerError
 from .hookspecs import hookimpl
 from .messages import char_count, message_from_dict, view_problems
-from .models import CompactionRecord, Message, SummaryRequest, SummaryResult
+from .models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
 from .redaction import SecretRegistry
 from .validation import config_from_dict, load_config
 
@@ -136,6 +136,21 @@ class RecordingSummarizer:
         return SummaryResult(text=text, tokens_in=request.replaced_tokens, tokens_out=len(text) // 4, model="recording")
 
 
+class FixedPolicy:
+    """A policy that answers the tier it is set to (``policy.tier = ...`` between turns).
+
+    Registered without ``trylast``, it wins over the selected policy: the way to put a turn at a
+    given tier whatever the window.
+    """
+
+    def __init__(self, tier: CompactionTier = CompactionTier.NONE):
+        self.tier = tier
+
+    @hookimpl
+    def determine_tier(self) -> CompactionTier:
+        return self.tier
+
+
 def failing_summarizer(cause: str = "HTTP 503 from the summarizer") -> RecordingSummarizer:
     return RecordingSummarizer(fail=SummarizerError(cause))
 
@@ -231,6 +246,7 @@ def problems(view: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 __all__ = [
+    "FixedPolicy",
     "ListStore",
     "RecordingSummarizer",
     "SecretRegistry",

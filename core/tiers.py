@@ -30,6 +30,8 @@ from .errors import FallbackError
 from .facts import extract_facts
 from .messages import fingerprint, group_start, replace_content, text_of
 from .models import (
+    MAX_DROPPED_HANDLES,
+    Anchor,
     CompactionTier,
     Facts,
     Message,
@@ -119,7 +121,7 @@ class TierRunner:
             if plan.offload:
                 end = len(work.uncovered) if plan.offload_tail else (count or tail_start)
                 factor = plan.offload_break_factor if not (count or plan.fallback) else None
-                self._offload(work, end, factor)
+                self._offload(cache, work, end, factor)
             if plan.fallback:
                 self._fallback(cache, work)
                 return CompactionTier.EMERGENCY
@@ -179,14 +181,7 @@ class TierRunner:
                 "anchor parsing incomplete: " + ", ".join(t.value for t in parsed.missing) + " set to N/A"
             )
         merged = anchor_fns.ensure_facts(anchor_fns.merge_anchors(previous.anchors, parsed.anchors), facts)
-        state = attrs.evolve(
-            previous,
-            summary=parsed.prose or previous.summary,
-            anchors=merged,
-            covered=previous.covered + count,
-            covered_fingerprint=fingerprint(messages[-1]),
-            dropped_handles=self._dropped_handles(work, messages),
-        )
+        state = self._covering(cache, work, count, summary=parsed.prose or previous.summary, anchors=merged)
         compaction = self.compaction_message(work.session_id, state)
         old_tokens = sum(self.hooks.estimate_tokens([work.compaction])) if work.compaction else 0
         new_tokens = self.hooks.estimate_tokens([compaction])[0]
@@ -212,11 +207,11 @@ class TierRunner:
         budget = int(self.config.fallback_budget * self.config.context_window)
         work.fallback = True
         work.errors.append(EMERGENCY_CAUSE)
-        self._offload(work, len(work.uncovered))
+        self._offload(cache, work, len(work.uncovered))
         head = [cache.system] if cache.system is not None else []
         dropped = 0
         for _ in range(3):  # the compaction message depends on what is dropped: settle it
-            state = self._truncated_state(cache, work, dropped)
+            state = self._truncated_state(cache, work, min(dropped, work.stable))
             compaction = self.compaction_message(work.session_id, state) if state.covered else None
             pinned = [*head, compaction] if compaction is not None else head
             result = self.hooks.fallback_compact(pinned + work.uncovered, len(pinned), budget)
@@ -241,23 +236,41 @@ class TierRunner:
         previous = work.state
         if cut <= 0:
             return previous
-        messages = work.uncovered[:cut]
         facts = self._facts(cache, work, cut)
         merged = anchor_fns.merge_anchors(previous.anchors, anchor_fns.facts_as_anchors(facts))
         note = (
             f"{cut} messages were dropped by emergency truncation without an LLM summary; "
             "the anchors above were extracted from them mechanically."
         )
+        summary = f"{previous.summary}\n\n{note}" if previous.summary else note
+        return self._covering(cache, work, cut, summary=summary, anchors=anchor_fns.ensure_facts(merged, facts))
+
+    def _covering(
+        self, cache: SessionCache, work: TurnWork, count: int, *, summary: str | None, anchors: Sequence[Anchor]
+    ) -> SessionState:
+        """The state once ``work.uncovered[:count]`` is covered: the summary and anchors (secrets
+        masked: the state is written where records are), the boundary fingerprinted from the
+        original message, the handles of the offloaded results that leave the view, and no entry
+        for a position now covered (the state stays small however long the session runs)."""
+        previous = work.state
+        covered = previous.covered + count
+        handles = list(previous.dropped_handles)
+        for position in range(previous.covered, covered):
+            entry = previous.offloaded.get(str(position))
+            if entry is not None and entry.handle not in handles:
+                handles.append(entry.handle)
+        redact = self.secrets.redact
         return attrs.evolve(
             previous,
-            summary=f"{previous.summary}\n\n{note}" if previous.summary else note,
-            anchors=anchor_fns.ensure_facts(merged, facts),
-            covered=previous.covered + cut,
-            covered_fingerprint=fingerprint(messages[-1]),
-            dropped_handles=self._dropped_handles(work, messages),
+            summary=redact(summary) if summary else summary,
+            anchors=tuple(Anchor(a.type, redact(a.content)) for a in anchors),
+            covered=covered,
+            covered_fingerprint=fingerprint(cache.settled[covered - 1]),
+            offloaded={k: e for k, e in previous.offloaded.items() if int(k) >= covered},
+            dropped_handles=tuple(handles[-MAX_DROPPED_HANDLES:]),
         )
 
-    def _offload(self, work: TurnWork, end: int, break_factor: float | None = None) -> None:
+    def _offload(self, cache: SessionCache, work: TurnWork, end: int, break_factor: float | None = None) -> None:
         """Offload the large tool results of ``work.uncovered[:end]``.
 
         With ``break_factor`` (an offload that no summary follows, as at Warn), a result is
@@ -269,6 +282,7 @@ class TierRunner:
         """
         threshold = self.config.offload_threshold
         offloaded = dict(work.state.offloaded)
+        start = work.state.covered
         changed = False
         after: list[int] = []
         counts: list[int] = []
@@ -281,7 +295,7 @@ class TierRunner:
             after.reverse()
         for i in range(min(end, len(work.uncovered))):
             m = work.uncovered[i]
-            if m.role != "tool" or not m.tool_call_id or m.tool_call_id in offloaded:
+            if m.role != "tool" or not m.tool_call_id or str(start + i) in offloaded:
                 continue
             size = len(text_of(m))
             if size <= threshold:
@@ -295,7 +309,8 @@ class TierRunner:
                 continue
             if entry is None:
                 continue
-            offloaded[m.tool_call_id] = entry
+            entry = attrs.evolve(entry, position=start + i, fingerprint=fingerprint(cache.original(start + i)))
+            offloaded[str(start + i)] = entry
             work.offloaded.append(entry)
             work.uncovered[i] = replace_content(m, entry.placeholder)
             changed = True
@@ -360,15 +375,6 @@ class TierRunner:
         if index <= limit and (index >= len(messages) or messages[index].role != "tool"):
             return index
         return group_start(messages, count)
-
-    @staticmethod
-    def _dropped_handles(work: TurnWork, messages: Sequence[Message]) -> tuple[str, ...]:
-        handles = list(work.state.dropped_handles)
-        for m in messages:
-            entry = work.state.offloaded.get(m.tool_call_id or "") if m.role == "tool" else None
-            if entry is not None and entry.handle not in handles:
-                handles.append(entry.handle)
-        return tuple(handles)
 
 
 def _suffix_start(items: Sequence[Message], kept: Sequence[Message]) -> int | None:

@@ -1,7 +1,9 @@
 """``offload-files``: large tool results written to files, one per result.
 
 Path: ``{root}/{session}/{call}.txt``, root by default ``{data_dir}/tool_results``; the handle is
-``{session}/{call}``. Session and tool-call ids come from outside: an id that is not a plain name
+``{session}/{call}``. A tool call id that comes back with other text (some providers number calls
+per reply: ``call_0`` again and again) gets ``{call}.{hash}``: the first writer keeps the plain
+name, files are created exclusively, so two processes never overwrite each other's results. Session and tool-call ids come from outside: an id that is not a plain name
 is replaced by ``_`` and a hash of it, so no id can name a path outside the root, and nothing
 under the root is followed if it is a symbolic link. Folders are owner-only (0700), files
 owner-only (0600) and written atomically; secrets are masked before anything is written. Each
@@ -25,6 +27,7 @@ from progressive_compactor.plugin import (
     PluginContext,
     SessionInfo,
     StorageError,
+    create_private,
     hookimpl,
     newest_mtime,
     read_private,
@@ -87,19 +90,28 @@ class FileOffloader:
         self.config = config or self.Config()
         self.context = context or PluginContext()
         self.root = Path(self.context.path(self.config.root))
-        self._cache: dict[tuple[str, str], str] = {}
-        """(session, tool call) -> sha256 of what was written: no file is written twice."""
 
     def session_dir(self, session_id: str) -> Path:
         return self.root / safe_name(session_id)
 
-    def _target(self, session_id: str, tool_call_id: str, sha: str) -> tuple[Path, str]:
-        folder = safe_name(session_id)
-        name = safe_name(tool_call_id)
-        known = self._cache.get((session_id, tool_call_id))
-        if known is not None and known != sha:  # the same id answered twice with other text
-            name = f"{name}.{sha[:12]}"
-        return self.root / folder / f"{name}.txt", f"{folder}/{name}"
+    def _store(self, session_id: str, tool_call_id: str, data: bytes, sha: str) -> tuple[Path, str]:
+        """Where ``data`` is (or now is) kept: the plain name if it holds this text or is free,
+        else the name with the text's hash. Nothing is written twice or over another text."""
+        folder = self.session_dir(session_id)
+        base = safe_name(tool_call_id)
+        for name in (base, f"{base}.{sha[:12]}"):
+            path = folder / f"{name}.txt"
+            for _ in range(2):  # free, or taken by this very text (another process, an earlier turn)
+                existing = read_private(path, self.root)
+                if existing == data:
+                    return path, f"{folder.name}/{name}"
+                if existing is not None:
+                    break
+                if create_private(path, data, self.root):
+                    if not os.path.lexists(folder / ID_FILE):
+                        write_private(folder / ID_FILE, session_id.encode("utf-8", "surrogatepass"), self.root)
+                    return path, f"{folder.name}/{name}"
+        raise OffloadError(f"cannot keep the result of {tool_call_id!r}: {folder} holds other texts under its names")
 
     @hookimpl(trylast=True)
     def offload(self, message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
@@ -113,19 +125,13 @@ class FileOffloader:
         text = self.context.secrets.redact(text)
         data = text.encode("utf-8", "surrogatepass")
         sha = hashlib.sha256(data).hexdigest()
-        path, handle = self._target(session_id, tool_call_id, sha)
-        key = (session_id, tool_call_id)
         try:
-            if self._cache.get(key) != sha and not self._same_file(path, data):
-                write_private(path, data, self.root)
-                id_file = path.parent / ID_FILE
-                if not os.path.lexists(id_file):
-                    write_private(id_file, session_id.encode("utf-8", "surrogatepass"), self.root)
+            path, handle = self._store(session_id, tool_call_id, data, sha)
         except (OSError, StorageError) as exc:
+            where = self.session_dir(session_id)
             raise OffloadError(
-                f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}", handle, str(path)
+                f"cannot write in {where}: {getattr(exc, 'strerror', None) or exc}", path=str(where)
             ) from exc
-        self._cache.setdefault(key, sha)
         entry = OffloadEntry(
             tool_call_id=tool_call_id,
             handle=handle,
@@ -137,13 +143,6 @@ class FileOffloader:
         return attrs.evolve(
             entry, placeholder=placeholder(entry, text, self.config.preview_lines, self.config.preview_chars)
         )
-
-    def _same_file(self, path: Path, data: bytes) -> bool:
-        """Whether ``path`` already holds ``data`` (another process offloaded it): skip the write."""
-        try:
-            return read_private(path, self.root) == data
-        except StorageError:
-            return False
 
     @hookimpl(trylast=True)
     def read_offloaded(self, handle: str) -> str | None:
@@ -168,5 +167,4 @@ class FileOffloader:
 
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
-        self._cache = {k: v for k, v in self._cache.items() if k[0] != session_id}
         remove(self.session_dir(session_id), self.root)

@@ -25,13 +25,16 @@ TAIL = 6
 def write_count(monkeypatch):
     """How many times the offloader wrote a file, per file name (``.session_id`` included)."""
     counts: dict[str, int] = {}
-    real = offload_files.write_private
 
-    def counting(path, data, root):
-        counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
-        real(path, data, root)
+    def counting(real):
+        def write(path, data, root):
+            counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
+            return real(path, data, root)
 
-    monkeypatch.setattr(offload_files, "write_private", counting)
+        return write
+
+    monkeypatch.setattr(offload_files, "write_private", counting(offload_files.write_private))
+    monkeypatch.setattr(offload_files, "create_private", counting(offload_files.create_private))
     return counts
 
 
@@ -271,7 +274,7 @@ def test_a_failed_write_keeps_the_original_and_appends_the_error(make_compactor,
     assert len(record.errors) == 7 and not record.fallback
     assert [e.split(" failed: ")[0] for e in record.errors] == [f"offload of call_{i}" for i in range(7)]
     assert record.errors[0] == (
-        f"offload of call_0 failed: OffloadError: cannot write {tmp_path / 'not-a-dir'}/test-session/call_0.txt: "
+        f"offload of call_0 failed: OffloadError: cannot write in {tmp_path / 'not-a-dir'}/test-session: "
         "Not a directory"
     )
     assert all(e.endswith(": Not a directory") for e in record.errors)
