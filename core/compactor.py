@@ -43,7 +43,7 @@ from .models import (
 )
 from .options import keyword_plugins
 from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
-from .redaction import SecretRegistry
+from .redaction import SecretRegistry, config_secrets
 from .session_cache import SessionCache
 from .tiers import Summarized, TierRunner, TurnWork
 from .validation import config_from_dict, load_config
@@ -89,10 +89,10 @@ class ProgressiveCompactor:
             raise CompactorError("session_id must not be empty")
         self.config = config
         self.session_id = session_id
-        self.secrets = SecretRegistry()
+        self.secrets = SecretRegistry(config_secrets(config))
         self.pm = get_plugin_manager(config, extra_plugins=extra, context=PluginContext(config, self.secrets))
         roles = config.plugins.roles()
-        self.hooks = Hooks(self.pm, {tier: roles[role] for tier, role in TIER_ROLES.items()})
+        self.hooks = Hooks(self.pm, {tier: roles[role] for tier, role in TIER_ROLES.items()}, self.secrets)
         self._caches: dict[str, SessionCache] = {}
         self._plugin_names = {role: name for role, name in roles.items() if name != "none"}
         self._tiers = TierRunner(self.config, self.hooks, self.secrets)

@@ -353,8 +353,14 @@ class Hooks:
     tier does nothing); ``apply_tier`` is called on that plugin only.
     """
 
-    def __init__(self, pm: pluggy.PluginManager, tier_plugins: Mapping[CompactionTier, str] | None = None):
+    def __init__(
+        self,
+        pm: pluggy.PluginManager,
+        tier_plugins: Mapping[CompactionTier, str] | None = None,
+        secrets: SecretRegistry | None = None,
+    ):
         self.pm = pm
+        self.secrets = secrets or SecretRegistry()
         self._h = pm.hook
         self._generation = -1
         self._direct: dict[str, list[_Impl] | None] = {}
@@ -484,8 +490,9 @@ class Hooks:
             try:
                 results.append(function(*[kwargs[a] for a in argnames]))
             except Exception as exc:  # noqa: BLE001 - fail-open: log, note, go on
-                log.warning("%s of plugin %s failed: %s: %s", hook, name, type(exc).__name__, exc)
-                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                cause = self.secrets.redact(f"{type(exc).__name__}: {exc}")
+                log.warning("%s of plugin %s failed: %s", hook, name, cause)
+                errors.append(f"{name}: {cause}")
         return results, errors
 
     def implementers(self, hook: str) -> list[str]:

@@ -11,8 +11,10 @@ ends it.
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 MASK = "[REDACTED]"
 MIN_SECRET = 4
@@ -106,4 +108,33 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-__all__ = ["MASK", "SecretRegistry"]
+URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
+"""The password of a connection string (``postgresql://user:secret@host/db``)."""
+
+
+def config_secrets(config: Any) -> list[str]:
+    """The secrets a config names: the values of the environment variables its plugin blocks
+    name in ``*_env`` settings (``api_key_env: OPENAI_API_KEY``, ``dsn_env: ...``), and the
+    passwords of connection strings written in it. Registered by every compactor, so that they
+    are masked even where the plugin that reads them is not loaded (a command that only reads
+    records)."""
+    found: list[str] = []
+
+    def walk(value: Any, key: str = "") -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, str(k))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v, key)
+        elif isinstance(value, str):
+            if key.endswith("_env") and os.environ.get(value):
+                found.append(os.environ[value])
+                found.extend(URL_PASSWORD.findall(os.environ[value]))
+            found.extend(URL_PASSWORD.findall(value))
+
+    walk(getattr(config, "config", {}))
+    return found
+
+
+__all__ = ["MASK", "SecretRegistry", "config_secrets"]

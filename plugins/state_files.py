@@ -119,7 +119,8 @@ class FileState:
             data = json.loads(state_to_json(state))
             data["session_id"] = session_id
             path = self.path_for(session_id)
-            write_private(path, json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass"), self.directory)
+            text = self.context.secrets.redact(json.dumps(data, ensure_ascii=False))
+            write_private(path, text.encode("utf-8", "surrogatepass"), self.directory)
             key = self._stat_key(path)
             if key is not None:
                 self._read[session_id] = (key, state)

@@ -50,7 +50,9 @@ class Behaviour:
     delay: float = 0.0
     size: int = 200_000
     echo_key: bool = False
-    """Quote the API key the request carried in the error message, as some providers do."""
+    """Quote the API key the request carried back: in the error message of a ``status`` reply,
+    as some providers do, or (``ok``) in the summary text, upper-cased and cut in two by a
+    truncation, as a careless proxy that echoes the Authorization header would."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -150,7 +152,11 @@ class _Handler(BaseHTTPRequestHandler):
                 200, {"id": "x", "object": "chat.completion"} if not anthropic else {"id": "x", "type": "message"}
             )
             return
-        text = summary_text(record.markers)
+        extra = ""
+        if b.echo_key:
+            key = record.headers.get("x-api-key") or record.headers.get("authorization", "").removeprefix("Bearer ")
+            extra = f" Authorization: Bearer {key.upper()} (echoed), {key[:14]}\n[... truncated ...]\n{key[-12:]}"
+        text = summary_text(record.markers, extra)
         if b.kind == "empty":
             text = ""
         elif b.kind == "oversized":

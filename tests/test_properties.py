@@ -146,4 +146,13 @@ def test_a_whole_history_at_once_is_valid_and_fits(history, window):
         check_view(compactor, history, again, second)
         assert second.summarizer_calls == 0  # incremental, not repeated
         if CompactionTier.NONE < record.tier < CompactionTier.EMERGENCY:
-            assert again == view  # the same prefix again: the provider's prompt cache keeps working
+            # The same history again gets the same view (the provider's prompt cache keeps
+            # working), but for what a Warn offloads: results of the head a Soft left in place.
+            assert second.tier < CompactionTier.SOFT
+            offloaded = {e.tool_call_id for e in second.offloaded}
+            assert len(again) == len(view)
+            changed = [(a, b) for a, b in zip(view, again) if a != b]
+            assert len(changed) == len(offloaded)
+            for before, after in changed:
+                assert before["role"] == "tool" and before["tool_call_id"] in offloaded
+                assert after["content"].startswith("[Tool result offloaded")

@@ -160,8 +160,19 @@ def storage_compactor(cfg: Any) -> Any:
     return ProgressiveCompactor(attrs.evolve(cfg, plugins=plugins))
 
 
+def json_text(data: Any) -> str:
+    """JSON of ``data`` as readable text; escaped where it holds lone surrogates (valid JSON that
+    no UTF-8 stream can carry as they are)."""
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(data, ensure_ascii=True, default=str)
+    return text
+
+
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, default=str))
+    click.echo(json_text(data))
 
 
 def console(stderr: bool = False) -> Any:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from .app import config_option, data_dir_option, json_option, load_cli_config, window_option, write_output
+from .app import config_option, data_dir_option, json_option, json_text, load_cli_config, window_option, write_output
 from .inputs import load_history
 
 
@@ -47,9 +46,10 @@ def compact(
     with ProgressiveCompactor(cfg) as compactor:
         view, record = compactor.compact_with_record(messages, sid)
     if as_json:
-        text = json.dumps({"view": view, "record": record_to_dict(record)}, ensure_ascii=False) + "\n"
+        text = json_text({"view": view, "record": record_to_dict(record)}) + "\n"
     else:
-        text = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in view)
+        text = "".join(json_text(m) + "\n" for m in view)
+    text = compactor.secrets.redact(text)
     if output:
         write_output(output, text)
     else:

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import click
 
-from .app import config_option, console, data_dir_option, echo_json, json_option, load_cli_config, storage_compactor
+from .app import (
+    config_option,
+    console,
+    data_dir_option,
+    echo_json,
+    json_option,
+    json_text,
+    load_cli_config,
+    storage_compactor,
+)
 
 
 def _is_records_file(value: str) -> bool:
@@ -32,9 +41,12 @@ def records(session_or_file: str, config: str, data_dir: str | None, as_json: bo
     \b
     Example: compactor records my-session --config team.yaml
     """
-    from ..converters import read_records_file, record_to_json
+    from ..converters import read_records_file, record_to_dict
+    from ..redaction import SecretRegistry, config_secrets
     from .render import records_table
 
+    cfg = load_cli_config(config, data_dir=data_dir)
+    redact = SecretRegistry(config_secrets(cfg)).redact
     if _is_records_file(session_or_file):
         path = Path(session_or_file).expanduser()
         if not path.exists():
@@ -47,7 +59,6 @@ def records(session_or_file: str, config: str, data_dir: str | None, as_json: bo
             raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
         where = str(path)
     else:
-        cfg = load_cli_config(config, data_dir=data_dir)
         with storage_compactor(cfg) as compactor:
             stored = compactor.records(session_or_file)
         if stored is None:
@@ -58,7 +69,7 @@ def records(session_or_file: str, config: str, data_dir: str | None, as_json: bo
         found, where = stored, f"session {session_or_file}"
     if as_json:
         for record in found:
-            click.echo(record_to_json(record))
+            click.echo(redact(json_text(record_to_dict(record))))
         return
     if not found:
         click.echo(f"no records in {where}", err=True)
@@ -98,7 +109,7 @@ def show(handle: str, line_range: str | None, config: str, data_dir: str | None,
     lines = parse_line_range(line_range)
     cfg = load_cli_config(config, data_dir=data_dir)
     with storage_compactor(cfg) as compactor:
-        text = compactor.read_tool_result(handle, lines)
+        text = compactor.secrets.redact(compactor.read_tool_result(handle, lines))
     if as_json:
         end = None if lines is None or lines[1] == sys.maxsize else lines[1]
         echo_json({"handle": handle, "lines": None if lines is None else [lines[0], end], "text": text})

@@ -66,7 +66,7 @@ def report(input_file: str, output: str, config: str, context_window: int | None
         with work_folder(None) as directory:
             sid, source, result = next(run_replays([input_file], cfg, directory))
         data = report_mod.from_replay(result, thresholds, title=sid, summary=replay_summary(sid, source, result))
-    page = report_mod.render_html(data)
+    page = compactor.secrets.redact(report_mod.render_html(data))
     write_output(output, page)
     if as_json:
         echo_json({"output": output, "bytes": len(page.encode("utf-8")), "compactions": len(data.compactions)})
