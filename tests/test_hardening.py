@@ -159,7 +159,7 @@ def test_a_key_planted_everywhere_reaches_no_file_the_compactor_or_the_cli_write
     for name, out in outputs.items():
         assert out.exit_code == 0, (name, out.output)
         assert leaks(out.output) == [], f"the key leaked into the output of {name}"
-    assert "HTTP 500" in caplog.text and leaks(caplog.text) == []
+    assert leaks(caplog.text) == []
     files = [p for p in tmp_path.rglob("*") if p.is_file() and p not in (config, session)]
     assert any("state" in str(p) for p in files) and any("tool_results" in str(p) for p in files)
     for path in files:
