@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -51,6 +53,8 @@ from .validation import config_from_dict, load_config
 log = logging.getLogger("progressive_compactor")
 EMERGENCY_ERROR = EMERGENCY_CAUSE
 History = Sequence[Mapping[str, Any] | Message]
+SAVE_ATTEMPTS = 3
+"""A turn whose new state loses its compare-and-set save starts over this many times in all."""
 TurnResult = tuple[list[dict[str, Any]], CompactionRecord]
 
 
@@ -94,6 +98,11 @@ class ProgressiveCompactor:
         roles = config.plugins.roles()
         self.hooks = Hooks(self.pm, {tier: roles[role] for tier, role in TIER_ROLES.items()}, self.secrets)
         self._caches: dict[str, SessionCache] = {}
+        # Turns of one session are served one at a time (two at once would race on its state).
+        self._locks: dict[str, threading.Lock] = {}
+        self._alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._plugin_names = {role: name for role, name in roles.items() if name != "none"}
         self._tiers = TierRunner(self.config, self.hooks, self.secrets)
 
@@ -105,20 +114,20 @@ class ProgressiveCompactor:
 
     def compact_force(self, history: History, session_id: str | None = None) -> list[dict[str, Any]]:
         """Force the Emergency tier, as a manual ``/compact`` does: truncation, no LLM call."""
-        return self._drive_sync(self._turn(history, session_id, force=True))[0]
+        return self._run_sync(history, session_id, force=True)[0]
 
     def compact_with_record(self, history: History, session_id: str | None = None) -> TurnResult:
         """The view to send to the LLM, and the record of what was done."""
-        return self._drive_sync(self._turn(history, session_id))
+        return self._run_sync(history, session_id)
 
     async def acompact(self, history: History, session_id: str | None = None) -> list[dict[str, Any]]:
         return (await self.acompact_with_record(history, session_id))[0]
 
     async def acompact_force(self, history: History, session_id: str | None = None) -> list[dict[str, Any]]:
-        return (await self._drive_async(self._turn(history, session_id, force=True)))[0]
+        return (await self._run_async(history, session_id, force=True))[0]
 
     async def acompact_with_record(self, history: History, session_id: str | None = None) -> TurnResult:
-        return await self._drive_async(self._turn(history, session_id))
+        return await self._run_async(history, session_id)
 
     # --- other services -----------------------------------------------------------------------
 
@@ -189,7 +198,18 @@ class ProgressiveCompactor:
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    # --- drivers: who answers the summary requests --------------------------------------------
+    # --- drivers: one turn of a session at a time; who answers the summary requests -----------
+
+    def _run_sync(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
+        sid = self._session_id(session_id)
+        with self._locks.setdefault(sid, threading.Lock()):
+            return self._drive_sync(self._turn(history, sid, force))
+
+    async def _run_async(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
+        sid = self._session_id(session_id)
+        locks = self._alocks.setdefault(asyncio.get_running_loop(), {})
+        async with locks.setdefault(sid, asyncio.Lock()):
+            return await self._drive_async(self._turn(history, sid, force))
 
     def _drive_sync(self, turn: Generator[SummaryRequest, Summarized, TurnResult]) -> TurnResult:
         try:
@@ -228,8 +248,32 @@ class ProgressiveCompactor:
     def _turn(
         self, history: History, session_id: str | None, force: bool = False
     ) -> Generator[SummaryRequest, Summarized, TurnResult]:
+        """One turn; started over from the stored state when another worker saved first."""
         started = time.perf_counter()
-        sid = session_id or self.session_id
+        sid = self._session_id(session_id)
+        lost: list[TurnWork] = []  # attempts whose state another turn overtook: their summaries were paid
+        for attempt in range(1, SAVE_ATTEMPTS + 1):
+            done = yield from self._attempt(history, sid, force, last=attempt == SAVE_ATTEMPTS)
+            if not isinstance(done, TurnWork):
+                break
+            lost.append(done)
+        out, work, tier, requested, before, after, msgs_before, repairs = done
+        for earlier in lost:
+            work.summarizer_calls += earlier.summarizer_calls
+            work.tokens_in += earlier.tokens_in
+            work.tokens_out += earlier.tokens_out
+        cache = self._caches[sid]
+        stable = cache.stable_prefix_tokens(out, after)
+        record = self._record(work, tier, requested, started, before, after, msgs_before, len(out), repairs, stable)
+        self.hooks.persist_record(record)
+        return out, record
+
+    def _attempt(
+        self, history: History, sid: str, force: bool, *, last: bool
+    ) -> Generator[SummaryRequest, Summarized, Any]:
+        """Compute the view once. When the new state loses its compare-and-set save, return the
+        work done and start over (not on the ``last`` attempt, which keeps its view and records
+        that the state was not saved)."""
         window = self.config.context_window
         cache = self._cache(sid, history)
         state, reset_errors = self._load_state(sid, cache)
@@ -237,59 +281,45 @@ class ProgressiveCompactor:
         cache.refresh(state, self._tiers.compaction_message_for(sid))
         tokens_before = cache.system_tokens + cache.compaction_tokens + cache.uncovered_tokens + recent.tokens
         msgs_before = len(cache.head()) + len(cache.uncovered) + len(recent.messages)
-        context = TurnContext(
-            session_id=sid,
-            context_window=window,
-            view_tokens=tokens_before,
-            view_messages=msgs_before,
-            history_messages=len(history),
-            state=state,
-            forced=force,
-        )
+        context = TurnContext(sid, window, tokens_before, msgs_before, len(history), state, force)
         requested = CompactionTier.EMERGENCY if force else self.hooks.determine_tier(tokens_before, window, context)
         work = TurnWork(sid, context, state, [], stable=len(cache.uncovered), compaction=cache.compaction)
         work.errors += reset_errors
         repairs = cache.settled_repairs + recent.repairs
         tier: CompactionTier = requested
         if requested is CompactionTier.NONE:
-            out = cache.unchanged_view(recent)
-            tokens_after = tokens_before
-        else:
-            work.uncovered = cache.uncovered + recent.messages
-            tier = yield from self._tiers.run(cache, work, requested, tokens_before)
-            view = self._tiers.assemble(cache, work)
-            problems = view_problems(view)
-            if problems:  # a plugin broke the structure: repair before anything leaves
-                view, fixed = repair_tool_pairs(view)
-                repairs += fixed
-                work.errors.append(f"repaired view: {problems[0]}")
-            out = [message_to_dict(m) for m in view]
-            tokens_after = sum(self.hooks.estimate_tokens(view))
-            if work.state is not state:
-                work.state = attrs.evolve(work.state, version=state.version + 1)
-                if self._save_state(sid, work.state, work.errors):
-                    cache.refresh(work.state, self._tiers.compaction_message_for(sid))
-                else:  # not saved: the next turn builds its view from the state that is stored
-                    cache.forget_view()
-        record = self._record(
-            sid,
-            work,
-            tier,
-            requested,
-            started,
-            tokens_before,
-            tokens_after,
-            msgs_before,
-            len(out),
-            repairs,
-            cache.stable_prefix_tokens(out, tokens_after),
-        )
-        self.hooks.persist_record(record)
-        return out, record
+            return (
+                cache.unchanged_view(recent),
+                work,
+                tier,
+                requested,
+                tokens_before,
+                tokens_before,
+                msgs_before,
+                repairs,
+            )
+        work.uncovered = cache.uncovered + recent.messages
+        tier = yield from self._tiers.run(cache, work, requested, tokens_before)
+        view = self._tiers.assemble(cache, work)
+        problems = view_problems(view)
+        if problems:  # a plugin broke the structure: repair before anything leaves
+            view, fixed = repair_tool_pairs(view)
+            repairs += fixed
+            work.errors.append(f"repaired view: {problems[0]}")
+        if work.state is not state:
+            work.state = attrs.evolve(work.state, version=state.version + 1)
+            saved = self._save_state(sid, work.state, work.errors if last else [])
+            if saved:
+                cache.refresh(work.state, self._tiers.compaction_message_for(sid))
+            else:  # the next attempt (or turn) builds its view from the state that is stored
+                cache.forget_view()
+                if saved is None and not last:
+                    return work
+        out = [message_to_dict(m) for m in view]
+        return out, work, tier, requested, tokens_before, sum(self.hooks.estimate_tokens(view)), msgs_before, repairs
 
     def _record(
         self,
-        sid: str,
         work: TurnWork,
         tier: CompactionTier,
         requested: CompactionTier,
@@ -305,7 +335,7 @@ class ProgressiveCompactor:
         redact = self.secrets.redact
         return CompactionRecord(
             id=secrets.token_hex(16),
-            session_id=sid,
+            session_id=work.session_id,
             timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             tier=tier,
             tokens_before=tokens_before,
@@ -336,6 +366,12 @@ class ProgressiveCompactor:
 
     # --- the session's cache and state --------------------------------------------------------
 
+    def _session_id(self, session_id: str | None) -> str:
+        sid = self.session_id if session_id is None else session_id
+        if not isinstance(sid, str) or not sid:
+            raise CompactorError(f"session_id must be a non-empty string, got {sid!r}")
+        return sid
+
     def _cache(self, sid: str, history: History) -> SessionCache:
         """The session's cache, brought up to date with ``history`` (new messages only)."""
         cache = self._caches.get(sid)
@@ -346,8 +382,13 @@ class ProgressiveCompactor:
         return cache
 
     def _load_state(self, sid: str, cache: SessionCache) -> tuple[SessionState, list[str]]:
-        """The saved state; a state whose summary does not match this history is started over."""
-        state = self.hooks.load_state(sid) or SessionState()
+        """The saved state; a state that cannot be read, or whose summary does not match this
+        history, is started over from the history."""
+        try:
+            state = self.hooks.load_state(sid) or SessionState()
+        except Exception as exc:  # noqa: BLE001 - fail-open: start from the history
+            cache.forget_view()
+            return SessionState(), [f"loading session state failed: {cause(exc)}; started from the history"]
         if cache.boundary_matches(state):
             return state, []
         cache.forget_view()
@@ -357,8 +398,9 @@ class ProgressiveCompactor:
         reason = "session state did not match this history (another history under the same session id?); started over"
         return fresh, [reason, *errors]
 
-    def _save_state(self, sid: str, state: SessionState, errors: list[str]) -> bool:
-        """Save ``state`` (compare-and-set); False, with the cause in ``errors``, when it was not."""
+    def _save_state(self, sid: str, state: SessionState, errors: list[str]) -> bool | None:
+        """Save ``state`` (compare-and-set). True when saved; None when another turn of the
+        session saved first; False when saving failed. Either cause goes into ``errors``."""
         try:
             saved = self.hooks.save_state(sid, state)
         except Exception as exc:  # noqa: BLE001 - fail-open: the view stays valid
@@ -366,7 +408,7 @@ class ProgressiveCompactor:
             return False
         if saved is False:
             errors.append("saving session state failed: another turn of this session saved its state first")
-            return False
+            return None
         cache = self._caches.get(sid)
         if cache is not None:
             cache.verified = (state.covered, state.covered_fingerprint)

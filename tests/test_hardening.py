@@ -5,8 +5,12 @@ files, and bad input. Each test here failed before its fix."""
 from __future__ import annotations
 
 import json
+import stat
+import threading
 
-from progressive_compactor import CompactionTier, ProgressiveCompactor
+import pytest
+
+from progressive_compactor import CompactionTier, ProgressiveCompactor, hookimpl
 from progressive_compactor.plugins.offload_files import PLACEHOLDER_PREFIX
 from progressive_compactor.testing import FixedPolicy, filler, problems, tool_call
 
@@ -29,9 +33,9 @@ def filler_turns(prefix: str, n: int = 4) -> list[dict]:
     return out
 
 
-def warn_compactor(make_compactor, **overrides):
+def warn_compactor(make_compactor, extra_plugins=(), **overrides):
     policy = FixedPolicy(CompactionTier.WARN)
-    compactor = make_compactor(offload_threshold=1000, extra_plugins=[("fixed", policy)], **overrides)
+    compactor = make_compactor(offload_threshold=1000, extra_plugins=[("fixed", policy), *extra_plugins], **overrides)
     return compactor, policy
 
 
@@ -164,3 +168,133 @@ def test_a_key_planted_everywhere_reaches_no_file_the_compactor_or_the_cli_write
     assert any("state" in str(p) for p in files) and any("tool_results" in str(p) for p in files)
     for path in files:
         assert leaks(path.read_text("utf-8", "replace")) == [], f"the key leaked into {path}"
+
+
+# --- 3. symbolic links under the data folder are never followed ------------------------------
+
+
+def test_a_linked_session_folder_gets_no_offload_and_its_target_is_untouched(make_compactor, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    (tmp_path / "tool_results").mkdir()
+    (tmp_path / "tool_results" / "test-session").symlink_to(elsewhere)
+    compactor, _ = warn_compactor(make_compactor)
+    history = [{"role": "user", "content": "go"}, call("c0"), result("c0", PASSED)] + filler_turns("x")
+    view, record = compactor.compact_with_record(history)
+    assert record.offloaded == () and view[2]["content"] == PASSED  # the original is kept
+    assert record.errors and "symbolic link" in record.errors[0]
+    assert list(elsewhere.iterdir()) == []
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o755
+
+
+def test_a_planted_link_is_never_read_back(make_compactor, tmp_path):
+    from click.testing import CliRunner
+
+    from progressive_compactor import CompactorError
+    from progressive_compactor.cli.app import cli
+    from progressive_compactor.tools import handle_read_tool_call
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the launch codes")
+    folder = tmp_path / "tool_results" / "test-session"
+    folder.mkdir(parents=True)
+    (folder / "c9.txt").symlink_to(secret)
+    compactor = make_compactor()
+    with pytest.raises(CompactorError, match="symbolic link"):
+        compactor.read_tool_result("test-session/c9")
+    answer = handle_read_tool_call(compactor, {"handle": "test-session/c9"})
+    assert "launch codes" not in answer and "symbolic link" in answer
+    out = CliRunner().invoke(cli, ["show", "test-session/c9", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 1 and "launch codes" not in out.output and "symbolic link" in out.output
+
+
+def test_a_linked_state_file_is_neither_read_nor_written(make_compactor, tmp_path):
+    outside = tmp_path / "bashrc"
+    outside.write_text("export PATH=/usr/bin\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "test-session.json").symlink_to(outside)
+    compactor, policy = warn_compactor(make_compactor, plugins={"state": "state-files"})
+    history = [{"role": "user", "content": "go"}, call("c0"), result("c0", PASSED)] + filler_turns("x")
+    view, record = compactor.compact_with_record(history)
+    assert outside.read_text() == "export PATH=/usr/bin\n"
+    assert any("symbolic link" in e for e in record.errors)
+    assert problems(view) == []
+
+
+# --- 4. overlapping turns of one session --------------------------------------------------------
+
+
+def test_many_workers_on_one_state_folder_never_send_an_invalid_view(make_compactor):
+    """Eight workers (each its own compactor, as processes would be) serve overlapping turns of one
+    session on a shared state folder; every view they send is valid and fits, however they race."""
+    import random
+
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it."}]
+    for i in range(40):
+        history += [call(f"c{i}", "cat x"), result(f"c{i}", filler(2500 if i % 3 else 6000, f"r{i}"))]
+    window = 9000
+    workers = [make_compactor(context_window=window, plugins={"state": "state-files"}) for _ in range(8)]
+    cuts = [i for i, m in enumerate(history) if m["role"] == "assistant" and i > 2]
+    failures: list[str] = []
+
+    def serve(worker, seed):
+        rng = random.Random(seed)
+        for cut in cuts:
+            if rng.random() < 0.6:
+                view, record = worker.compact_with_record(history[:cut], "shared")
+                if problems(view):
+                    failures.append(f"cut {cut}: {problems(view)[0]}")
+                if record.tokens_after > window:
+                    failures.append(f"cut {cut}: {record.tokens_after} tokens")
+
+    threads = [threading.Thread(target=serve, args=(w, n)) for n, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+class NeverSaves:
+    """A state store whose compare-and-set always loses (another worker always saved first)."""
+
+    def __init__(self):
+        self.attempts = 0
+
+    @hookimpl
+    def load_state(self, session_id):
+        return None
+
+    @hookimpl
+    def save_state(self, session_id, state):
+        self.attempts += 1
+        return False
+
+
+def test_a_turn_that_never_wins_its_save_still_sends_a_valid_view_and_says_so(make_compactor):
+    from progressive_compactor.compactor import SAVE_ATTEMPTS
+
+    store = NeverSaves()
+    history = [{"role": "user", "content": "go"}] + filler_turns("x", 3)
+    history += [call("big"), result("big", PASSED)] + filler_turns("y", 4)
+    compactor, _ = warn_compactor(make_compactor, plugins={"state": "never"}, extra_plugins=[("never", store)])
+    view, record = compactor.compact_with_record(history)
+    assert store.attempts == SAVE_ATTEMPTS
+    assert record.errors == ("saving session state failed: another turn of this session saved its state first",)
+    assert problems(view) == [] and record.offloaded
+
+
+def test_a_state_whose_boundary_would_start_the_view_with_a_tool_result_is_started_over(make_compactor):
+    """A state from elsewhere (a store without compare-and-set, two writers) that covers a tool
+    call but not its result would make the cached view start with an orphan result."""
+    from progressive_compactor import SessionState
+    from progressive_compactor.messages import fingerprint, message_from_dict
+
+    history = [{"role": "user", "content": "go"}, call("c0"), result("c0", "done")] + filler_turns("x", 2)
+    compactor = make_compactor()
+    compactor.compact(history)
+    forged = SessionState(summary="s", covered=2, covered_fingerprint=fingerprint(message_from_dict(history[1])), version=1)
+    compactor.pm.get_plugin("state-memory").states["test-session"] = forged
+    view, record = compactor.compact_with_record(history)
+    assert problems(view) == []
+    assert any("did not match this history" in e for e in record.errors)
