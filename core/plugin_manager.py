@@ -435,9 +435,11 @@ class Hooks:
         result: ParsedSummary | None = self._h.parse_anchors(text=text)
         return result
 
-    def fallback_compact(self, messages: Sequence[Message], pinned: int, budget: int) -> list[Message] | None:
+    def fallback_compact(
+        self, messages: Sequence[Message], pinned: int, budget: int, limit: int
+    ) -> list[Message] | None:
         result: list[Message] | None = self._h.fallback_compact(
-            messages=messages, pinned=pinned, budget=budget, estimate=self.estimate_tokens
+            messages=messages, pinned=pinned, budget=budget, estimate=self.estimate_tokens, limit=limit
         )
         return result
 

@@ -240,6 +240,26 @@ def window_for(history: Sequence[Mapping[str, Any]], ratio: float) -> int:
     return max(int(estimate(history) / ratio), 1)
 
 
+def fallback_bound(view: Sequence[Mapping[str, Any]], compactor: ProgressiveCompactor) -> int:
+    """The most tokens a view made by the truncation fallback may take: the budget, or, when the
+    newest exchange alone is larger, the pinned messages and that exchange (it stays whenever it
+    fits the window); never more than the window."""
+    from .anchors import COMPACTION_MARKER
+
+    config = compactor.config
+    pinned = 0
+    while pinned < len(view) and (
+        view[pinned]["role"] == "system" or str(view[pinned].get("content") or "").startswith(COMPACTION_MARKER)
+    ):
+        pinned += 1
+    start = len(view)
+    while start > pinned and view[start - 1]["role"] == "tool":
+        start -= 1
+    start = max(start - 1, pinned)
+    budget = int(config.fallback_budget * config.context_window)
+    return min(max(budget, estimate(view[:pinned]) + estimate(view[start:])), config.context_window)
+
+
 def problems(view: Sequence[Mapping[str, Any]]) -> list[str]:
     """What the OpenAI chat API would reject in ``view``; empty when it is valid."""
     return view_problems([message_from_dict(m, i) for i, m in enumerate(view)])
@@ -254,6 +274,7 @@ __all__ = [
     "compactor_factory",
     "estimate",
     "failing_summarizer",
+    "fallback_bound",
     "filler",
     "make_compactor",
     "make_config",

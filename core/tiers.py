@@ -214,7 +214,9 @@ class TierRunner:
             state = self._truncated_state(cache, work, min(dropped, work.stable))
             compaction = self.compaction_message(work.session_id, state) if state.covered else None
             pinned = [*head, compaction] if compaction is not None else head
-            result = self.hooks.fallback_compact(pinned + work.uncovered, len(pinned), budget)
+            result = self.hooks.fallback_compact(
+                pinned + work.uncovered, len(pinned), budget, self.config.context_window
+            )
             if result is None:
                 raise FallbackError("no fallback_compact plugin answered; fallback-token-budget is essential")
             kept = result[len(pinned) :]

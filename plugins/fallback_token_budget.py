@@ -1,15 +1,22 @@
 """``fallback-token-budget``: truncation to a token budget, no LLM call.
 
-Keeps the pinned messages (system and compaction message), then whole groups (a message with the
-tool results that answer it) from the newest back while they fit. When not even the newest group
-fits, its content is shortened to fit, with a marker; when the pinned messages alone are over the
-budget, they are shortened too (the compaction message first, the system message last). The
-result always fits the budget and never separates a tool call from its result.
+Keeps the pinned messages (system and compaction message), then the newest exchange, then whole
+groups (a message with the tool results that answer it) from the newest back while they fit the
+budget. The newest exchange is what the model must answer, so it stays whenever it fits the
+window: shortened if need be (its results, then its tool-call arguments, head and tail kept, with
+a marker) to the budget's room or half of what the window has left, whichever is more, and
+further only if the window demands it. When the pinned messages
+alone are over the budget they are shortened too, the compaction message first, the system
+message last. A line that names an offloaded result's handle is never cut. The result never
+separates a tool call from its results.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Callable, Sequence
+
+import attrs
 
 from progressive_compactor.plugin import Message, hookimpl, is_split_point, replace_content, text_of
 
@@ -28,17 +35,53 @@ def groups(messages: Sequence[Message]) -> list[list[Message]]:
     return out
 
 
+def _protected(text: str) -> tuple[str, str, str]:
+    """``(first, body, last)``: the first and last lines when they name a handle (an offload
+    placeholder's), which a cut must keep whole, and what lies between."""
+    first = last = ""
+    body = text
+    end = body.find("\n")
+    if end != -1 and "Handle:" in body[:end]:
+        first, body = body[: end + 1], body[end + 1 :]
+    start = body.rfind("\n")
+    if start != -1 and "handle" in body[start:]:
+        body, last = body[:start], body[start:]
+    return first, body, last
+
+
+def cut(text: str, keep: int) -> str:
+    """``text`` cut to about ``keep`` characters (two thirds head, one third tail, a marker
+    between), lines that name a handle kept whole."""
+    if len(text) <= keep:
+        return text
+    first, body, last = _protected(text)
+    room = max(keep - len(first) - len(last), 0)
+    head, tail = body[: room * 2 // 3], body[len(body) - room // 3 :] if room // 3 else ""
+    return first + (head + MARKER + tail if room else MARKER.strip()) + last
+
+
 def shorten(message: Message, tokens: int, estimate: Estimate) -> Message:
-    """``message`` with its text cut (head and tail kept) to at most ``tokens`` tokens."""
+    """``message`` cut to at most ``tokens`` tokens, or as close as its handle lines allow: its
+    text first, then the arguments of its tool calls (kept as JSON)."""
     text = text_of(message)
     keep = len(text)
-    while keep > 0:
+    candidate = message
+    while keep > 0 and estimate([candidate])[0] > tokens:
         keep = keep * 3 // 4 if keep > 16 else 0
-        head, tail = text[: keep * 2 // 3], text[len(text) - keep // 3 :] if keep // 3 else ""
-        candidate = replace_content(message, head + MARKER + tail if keep else MARKER.strip())
-        if estimate([candidate])[0] <= tokens:
-            return candidate
-    return replace_content(message, "")
+        candidate = replace_content(message, cut(text, keep))
+    calls = list(candidate.tool_calls)
+    size = max((len(c.arguments) for c in calls), default=0)
+    while calls and estimate([candidate])[0] > tokens and size > 0:
+        size = size * 3 // 4 if size > 16 else 0
+        calls = [attrs.evolve(c, arguments=_cut_arguments(c.arguments, size)) for c in message.tool_calls]
+        candidate = attrs.evolve(candidate, tool_calls=tuple(calls), raw=None)
+    return candidate
+
+
+def _cut_arguments(arguments: str, size: int) -> str:
+    if len(arguments) <= size:
+        return arguments
+    return json.dumps({"truncated_arguments": cut(arguments, size)})
 
 
 def fit_group(group: list[Message], budget: int, estimate: Estimate) -> list[Message] | None:
@@ -60,25 +103,30 @@ def fit_group(group: list[Message], budget: int, estimate: Estimate) -> list[Mes
 class TokenBudgetFallback:
     @hookimpl(trylast=True)
     def fallback_compact(
-        self, messages: Sequence[Message], pinned: int, budget: int, estimate: Estimate
+        self, messages: Sequence[Message], pinned: int, budget: int, estimate: Estimate, limit: int
     ) -> list[Message]:
         head = list(messages[:pinned])
         head_counts = estimate(head)
         if sum(head_counts) > budget:
             head = self._fit_pinned(head, head_counts, budget, estimate)
-        left = budget - sum(estimate(head))
+        used = sum(estimate(head))
+        older = groups(messages[pinned:])
         kept: list[list[Message]] = []
-        for group in reversed(groups(messages[pinned:])):
+        if older:
+            newest = older.pop()
+            # The newest exchange may take the budget's room, or half of what the window has
+            # left if that is more; it is cut further only if the window demands it.
+            room = max(budget - used, (limit - used) // 2)
+            fitted = fit_group(newest, room, estimate) or fit_group(newest, limit - used, estimate)
+            if fitted is not None:
+                kept.append(fitted)
+                used += sum(estimate(fitted))
+        for group in reversed(older):
             size = sum(estimate(group))
-            if size <= left:
-                kept.append(group)
-                left -= size
-                continue
-            if not kept:  # nothing fits yet: keep the newest group, shortened
-                fitted = fit_group(group, left, estimate)
-                if fitted is not None:
-                    kept.append(fitted)
-            break
+            if used + size > budget:
+                break
+            kept.append(group)
+            used += size
         return head + [m for group in reversed(kept) for m in group]
 
     @staticmethod

@@ -18,7 +18,7 @@ from conftest import corpus_path
 from progressive_compactor import CompactionTier
 from progressive_compactor.facts import first_user_request
 from progressive_compactor.messages import messages_from_dicts
-from progressive_compactor.testing import estimate, make_compactor, problems
+from progressive_compactor.testing import estimate, fallback_bound, make_compactor, problems
 
 pytestmark = pytest.mark.corpus
 
@@ -53,7 +53,7 @@ def test_corpus_turn_by_turn(corpus_dir: Path, tmp_path, name, window):
         assert problems(view) == [], where
         tokens = estimate(view)
         if record.tier is CompactionTier.EMERGENCY:
-            assert tokens <= config.fallback_budget * window, where
+            assert tokens <= fallback_bound(view, compactor), where
         else:
             assert tokens < 0.70 * window, where
         if request is None:
@@ -66,3 +66,26 @@ def test_corpus_turn_by_turn(corpus_dir: Path, tmp_path, name, window):
     assert sum(tiers.values()) > 0
     if window == WINDOWS[0] and sum(len(str(m.get("content") or "")) for m in messages) > 8 * window:
         assert tiers[CompactionTier.NONE] < sum(tiers.values()), "a long session must be compacted at 16k"
+
+
+@pytest.mark.parametrize("window", (4_000, 8_000), ids=["4k", "8k"])
+@pytest.mark.parametrize("name", FILES)
+def test_the_newest_message_stays_at_small_windows(corpus_dir: Path, tmp_path, name, window):
+    """At windows this small the compaction message and the newest exchange compete for room:
+    the newest message (what the model must answer) is in every view, every view is valid and
+    none is over the window."""
+    messages = [json.loads(line) for line in (corpus_dir / name).read_text("utf-8").splitlines() if line.strip()]
+    compactor = make_compactor(tmp_path, context_window=window, session_id=Path(name).stem)
+    turns = 0
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or i == 0:
+            continue
+        history = messages[:i]
+        view, record = compactor.compact_with_record(history)
+        where = f"{name} at message {i}, {record.tier.label}"
+        assert problems(view) == [], where
+        assert estimate(view) <= window, where
+        newest, last = history[-1], view[-1]
+        assert (last["role"], last.get("tool_call_id")) == (newest["role"], newest.get("tool_call_id")), where
+        turns += 1
+    assert turns > 0

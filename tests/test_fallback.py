@@ -4,19 +4,21 @@ summarizer does wrong, the compactor falls back to truncation and records why.""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SummarizerError, SummaryResult, hookimpl
 from progressive_compactor.messages import messages_from_dicts, text_of, view_problems
 from progressive_compactor.models import Message
-from progressive_compactor.plugins.fallback_token_budget import MARKER, TokenBudgetFallback, groups
+from progressive_compactor.plugins.fallback_token_budget import MARKER, TokenBudgetFallback, groups, shorten
 from progressive_compactor.plugins.tokens_chars import CharTokens
 from progressive_compactor.testing import (
     RecordingSummarizer,
     build_history,
     estimate,
     failing_summarizer,
+    fallback_bound,
     problems,
     window_for,
 )
@@ -24,8 +26,8 @@ from progressive_compactor.testing import (
 ESTIMATE = CharTokens().estimate_tokens
 
 
-def fallback(messages, pinned, budget):
-    return TokenBudgetFallback().fallback_compact(messages, pinned, budget, ESTIMATE)
+def fallback(messages, pinned, budget, limit=None):
+    return TokenBudgetFallback().fallback_compact(messages, pinned, budget, ESTIMATE, limit or budget)
 
 
 def total(messages):
@@ -35,15 +37,26 @@ def total(messages):
 # --- the plugin ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("budget", [50, 500, 1500, 3000, 100_000])
-def test_it_keeps_the_pinned_messages_fits_the_budget_and_keeps_pairs(budget):
+@pytest.mark.parametrize(
+    ("budget", "whole_groups"),
+    [(50, 0), (500, 1), (1500, 5), (2700, 10), (100_000, 11)],
+    ids=["newest-shortened", "newest-only", "five", "ten", "everything"],
+)
+def test_it_keeps_the_pinned_messages_fits_the_budget_and_keeps_pairs(budget, whole_groups):
+    """Each (call, result) group is 269 tokens: the budget decides how many stay whole."""
     messages = messages_from_dicts(build_history([1000] * 10))
     out = fallback(messages, 1, budget)
     assert total(out) <= budget
     assert out[0].role == "system"
     assert view_problems(out) == []
     kept = out[1:]
-    assert kept == messages[len(messages) - len(kept) :] or text_of(kept[-1]).find(MARKER.strip()) >= 0
+    if whole_groups:
+        assert kept == messages[len(messages) - len(kept) :]
+        assert len(groups(kept)) == whole_groups
+    else:  # not even the newest group fits: it stays, shortened
+        assert [m.role for m in kept] == ["assistant", "tool"]
+        assert kept[-1].tool_call_id == messages[-1].tool_call_id
+        assert MARKER.strip() in text_of(kept[-1])
 
 
 def test_it_keeps_the_newest_whole_groups():
@@ -62,8 +75,42 @@ def test_when_not_even_the_newest_group_fits_it_is_shortened():
     messages = messages_from_dicts(build_history([50_000]))
     out = fallback(messages, 1, 2000)
     assert total(out) <= 2000
-    assert [m.role for m in out] == ["system", "assistant", "tool"]
+    assert [m.role for m in out] == ["system", "user", "assistant", "tool"]  # the request fits beside it
     assert MARKER.strip() in text_of(out[-1])
+
+
+def test_the_newest_exchange_stays_when_the_pinned_messages_leave_no_room_for_it():
+    """A compaction message that takes the whole budget used to push the newest exchange out of the
+    view although the window had room for it."""
+    pinned = [Message(role="system", content="S" * 400), Message(role="user", content="C" * 7960)]
+    newest = messages_from_dicts(build_history([6000], system=None))[-2:]
+    out = fallback(pinned + newest, 2, budget=2000, limit=4000)
+    assert [m.role for m in out] == ["system", "user", "assistant", "tool"]
+    assert out[-1].tool_call_id == newest[-1].tool_call_id
+    assert 2000 < total(out) <= 4000  # past the budget, never past the window
+    assert view_problems(out) == []
+
+
+def test_the_arguments_of_the_newest_call_are_shortened_when_they_are_what_is_large():
+    history = build_history([10])
+    history[-2]["tool_calls"][0]["function"]["arguments"] = json.dumps({"command": "echo " + "x" * 40_000})
+    messages = messages_from_dicts(history)
+    out = fallback(messages, 1, 2000)
+    assert total(out) <= 2000
+    assert out[-2].role == "assistant" and out[-1].role == "tool"
+    arguments = json.loads(out[-2].tool_calls[0].arguments)
+    assert MARKER.strip() in arguments["truncated_arguments"]
+
+
+def test_a_cut_never_cuts_a_line_that_names_a_handle():
+    first = "[Tool result offloaded: 90000 characters, 900 lines. Handle: s/call_7]"
+    last = '[Full text: call read_tool_result with {"handle": "s/call_7"}, optionally with start_line and end_line.]'
+    placeholder = "\n".join([first, "First 10 lines:", *(f"line {i} " * 30 for i in range(10)), last])
+    message = Message(role="tool", tool_call_id="call_7", content=placeholder)
+    for tokens in (400, 100, 60):
+        text = text_of(shorten(message, tokens, ESTIMATE))
+        assert text.startswith(first + "\n") and text.endswith("\n" + last)
+        assert MARKER.strip() in text
 
 
 def test_pinned_messages_over_the_budget_are_shortened_compaction_first():
@@ -127,7 +174,7 @@ def test_a_failing_summarizer_falls_back_with_the_cause_in_the_record(make_compa
     assert record.escalations == ()
     assert problems(view) == []
     assert view[0] == history[0]
-    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert estimate(view) <= fallback_bound(view, compactor)
     assert record.summarizer_calls == 1
 
 
@@ -176,7 +223,7 @@ def test_compact_force_is_emergency_without_a_summary(make_compactor, recording_
     view = compactor.compact_force(history)
     assert recording_summarizer.calls == 0
     assert problems(view) == []
-    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert estimate(view) <= fallback_bound(view, compactor)
 
 
 def test_async_force_and_async_failure_behave_like_sync(make_compactor):

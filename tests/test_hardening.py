@@ -293,7 +293,9 @@ def test_a_state_whose_boundary_would_start_the_view_with_a_tool_result_is_start
     history = [{"role": "user", "content": "go"}, call("c0"), result("c0", "done")] + filler_turns("x", 2)
     compactor = make_compactor()
     compactor.compact(history)
-    forged = SessionState(summary="s", covered=2, covered_fingerprint=fingerprint(message_from_dict(history[1])), version=1)
+    forged = SessionState(
+        summary="s", covered=2, covered_fingerprint=fingerprint(message_from_dict(history[1])), version=1
+    )
     compactor.pm.get_plugin("state-memory").states["test-session"] = forged
     view, record = compactor.compact_with_record(history)
     assert problems(view) == []

@@ -7,7 +7,8 @@ Token targets the core guarantees (tokens as ``tokens-chars`` counts them):
 * None: the view is the history, below ``warn`` of the window (that is why it is None);
 * Warn: offloads only, so still below ``soft``;
 * Soft and Full: below ``soft`` afterwards, or the loop guard escalates;
-* Emergency: at most ``fallback_budget`` of the window.
+* Emergency: at most ``fallback_budget`` of the window, or the pinned messages and the newest
+  exchange when that alone is more (never more than the window).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from progressive_compactor.testing import (
     RecordingSummarizer,
     estimate,
     failing_summarizer,
+    fallback_bound,
     filler,
     make_compactor,
     problems,
@@ -97,7 +99,7 @@ def check_view(compactor, history, view, record):
     tokens = estimate(view)
     assert tokens == record.tokens_after
     if record.tier is CompactionTier.EMERGENCY:
-        assert tokens <= compactor.config.fallback_budget * window, record.errors
+        assert tokens <= fallback_bound(view, compactor), record.errors
     elif record.tier is CompactionTier.NONE:
         assert tokens < WARN * window
     else:
@@ -131,7 +133,7 @@ def test_every_view_is_valid_and_fits_its_tier_turn_by_turn(history, window, min
             check_view(compactor, prefix, view, record)
         forced = compactor.compact_force(history)
         assert problems(forced) == []
-        assert estimate(forced) <= compactor.config.fallback_budget * window
+        assert estimate(forced) <= fallback_bound(forced, compactor)
         assert history == before
 
 

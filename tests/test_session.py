@@ -19,7 +19,15 @@ from progressive_compactor import (
     hookimpl,
 )
 from progressive_compactor.anchors import COMPACTION_MARKER
-from progressive_compactor.testing import RecordingSummarizer, build_history, estimate, problems, tool_turn, window_for
+from progressive_compactor.testing import (
+    RecordingSummarizer,
+    build_history,
+    estimate,
+    fallback_bound,
+    problems,
+    tool_turn,
+    window_for,
+)
 
 
 @pytest.fixture
@@ -46,7 +54,7 @@ def test_compact_force_is_the_emergency_tier(make_compactor, history):
     assert record.tier is CompactionTier.EMERGENCY
     assert record.fallback
     assert record.errors == (EMERGENCY_ERROR,) == ("emergency fallback: forced truncation",)
-    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert estimate(view) <= fallback_bound(view, compactor)
 
 
 def test_the_async_interfaces_give_what_the_sync_ones_give(make_compactor, history):

@@ -15,6 +15,7 @@ from progressive_compactor.testing import (
     RecordingSummarizer,
     build_history,
     estimate,
+    fallback_bound,
     problems,
     tool_turn,
     window_for,
@@ -283,7 +284,7 @@ def test_emergency_fits_even_a_single_huge_message(make_compactor, summarizer):
     history = [{"role": "system", "content": "s"}, {"role": "user", "content": "x" * 200_000}]
     compactor, view, record = run(make_compactor, history, 0.99, summarizer)
     assert record.tier is CompactionTier.EMERGENCY
-    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert estimate(view) <= fallback_bound(view, compactor)
     assert problems(view) == []
 
 
@@ -404,7 +405,7 @@ def test_a_summary_larger_than_what_it_replaces_escalates(make_compactor):
     assert record.errors[-1] == EMERGENCY_ERROR
     assert not any(e.startswith("loop guard") for e in record.errors)
     assert "very long summary " * 3 not in str(view)
-    assert estimate(view) <= compactor.config.fallback_budget * compactor.config.context_window
+    assert estimate(view) <= fallback_bound(view, compactor)
     assert problems(view) == []
 
 
@@ -419,8 +420,7 @@ def test_a_compaction_that_stays_above_soft_escalates_full_then_emergency(make_c
     assert record.fallback
     assert record.errors == (EMERGENCY_ERROR,)
     assert summarizer.calls == 2
-    window = compactor.config.context_window
-    assert estimate(view) <= compactor.config.fallback_budget * window
+    assert estimate(view) <= fallback_bound(view, compactor)
     assert problems(view) == []
 
 
