@@ -16,6 +16,7 @@ from .messages import text_of
 from .models import Facts, Message
 
 MAX_ITEMS = 30
+ERROR_SCAN_CHARS = 100_000
 _NOT_A_REQUEST = re.compile(
     r"^\s*(<system-reminder>|<command-name>|<command-message>|<local-command|<task-notification>|"
     r"Caveat: The messages below)",
@@ -134,7 +135,10 @@ def _add(target: list[str], items: Iterable[str]) -> None:
 
 
 def error_line(text: str) -> str:
-    """The line of a failed tool result that best says what went wrong."""
+    """The line of a failed tool result that best says what went wrong (looked for in its first
+    and last :data:`ERROR_SCAN_CHARS` characters: a result may be tens of megabytes)."""
+    if len(text) > 2 * ERROR_SCAN_CHARS:
+        text = text[:ERROR_SCAN_CHARS] + "\n" + text[-ERROR_SCAN_CHARS:]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     lines = [line for line in lines if not re.fullmatch(r"</?\w+>|<returncode>.*</returncode>", line)]
     for pattern in (_NAMED_ERROR, _ERROR_LINE):  # "ValueError: ..." says more than "1 failed"

@@ -31,7 +31,7 @@ def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Mess
             f"message {index}: expected an object with a 'role', got {type(data).__name__}", index, data
         )
     role = data.get("role")
-    if role not in ROLES:
+    if type(role) is not str or role not in ROLES:
         raise InvalidMessagesError(
             f"message {index}: role {role!r} is not one of {', '.join(sorted(ROLES))}", index, data
         )
@@ -209,6 +209,8 @@ def view_problems(messages: Sequence[Message]) -> list[str]:
             pending = set()
         if m.role == "assistant" and m.tool_calls:
             pending = {c.id for c in m.tool_calls}
+            if len(pending) < len(m.tool_calls):
+                problems.append(f"message {i}: a tool call id appears twice among its calls")
     if pending:
         problems.append(f"end: tool calls {sorted(pending)} have no result")
     return problems
@@ -245,15 +247,21 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
         if m.role == "system" and (i > 1 or not at_start):
             m = attrs.evolve(m, role="user", raw=None)
             repairs += 1
-        out.append(m)
         if m.role != "assistant" or not m.tool_calls:
+            out.append(m)
             continue
+        m, renamed = _distinct_call_ids(m)
+        out.append(m)
+        repairs += sum(len(names) - 1 for names in renamed.values())
         ids = {c.id for c in m.tool_calls}
         answered: set[str] = set()
         stray: list[Message] = []
         while i < n and messages[i].role == "tool":
             result = messages[i]
             i += 1
+            names = renamed.get(result.tool_call_id or "")
+            if names:  # the k-th result of a repeated id answers its k-th call
+                result = attrs.evolve(result, tool_call_id=names.pop(0), raw=None)
             if result.tool_call_id in ids and result.tool_call_id not in answered:
                 answered.add(result.tool_call_id or "")
                 out.append(result)
@@ -267,6 +275,23 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
         out.extend(stray)
         repairs += len(stray)
     return out, repairs
+
+
+def _distinct_call_ids(message: Message) -> tuple[Message, dict[str, list[str]]]:
+    """``message`` with a repeated tool call id made distinct (``id~2``, ``id~3``...), and for each
+    repeated id the names its calls now have, in order (empty when nothing repeats)."""
+    ids = [c.id for c in message.tool_calls]
+    if len(set(ids)) == len(ids):
+        return message, {}
+    names: dict[str, list[str]] = {}
+    calls = []
+    for call in message.tool_calls:
+        taken = names.setdefault(call.id, [])
+        name = call.id if not taken else f"{call.id}~{len(taken) + 1}"
+        taken.append(name)
+        calls.append(call if name == call.id else attrs.evolve(call, id=name))
+    repeated = {k: v for k, v in names.items() if len(v) > 1}
+    return attrs.evolve(message, tool_calls=tuple(calls), raw=None), repeated
 
 
 def is_split_point(messages: Sequence[Message], index: int) -> bool:

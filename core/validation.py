@@ -42,6 +42,14 @@ def _field_types() -> dict[str, Any]:
     return _FIELD_TYPES
 
 
+REQUIRED_ROLES = {
+    "tokens": "every decision needs token counts: use tokens-chars",
+    "fallback": "the core must always be able to truncate: use fallback-token-budget",
+    "state": "a session's summary must live somewhere: use state-memory",
+}
+"""Roles that ``none`` cannot leave empty, and the fix."""
+
+
 def _share_hint(value: float) -> str:
     return f"; did you mean {value / 100:g}?" if value > 1 else ""
 
@@ -71,8 +79,9 @@ def core_problems(config: CompactorConfig) -> list[str]:
     for name in ESSENTIAL_PLUGINS:
         if name in config.plugins.disable:
             problems.append(f"{name} is essential and cannot be disabled; remove it @ $.plugins.disable")
-    if config.plugins.fallback == "none":
-        problems.append("the fallback role cannot be empty; use fallback-token-budget @ $.plugins.fallback")
+    for role, fix in REQUIRED_ROLES.items():
+        if getattr(config.plugins, role) == "none":
+            problems.append(f"the {role} role cannot be empty; {fix} @ $.plugins.{role}")
     return problems
 
 

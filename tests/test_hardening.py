@@ -300,3 +300,191 @@ def test_a_state_whose_boundary_would_start_the_view_with_a_tool_result_is_start
     view, record = compactor.compact_with_record(history)
     assert problems(view) == []
     assert any("did not match this history" in e for e in record.errors)
+
+
+# --- 7. a long session's state file stays small and is not parsed again ---------------------------
+
+
+def test_a_long_session_keeps_a_small_state_file_read_only_when_it_changed(make_compactor, tmp_path, monkeypatch):
+    from progressive_compactor.plugins import state_files
+
+    parses = []
+    real = state_files.state_from_json
+    monkeypatch.setattr(state_files, "state_from_json", lambda text: parses.append(1) or real(text))
+    compactor = make_compactor(context_window=12_000, plugins={"state": "state-files"})
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "Keep going."}]
+    sizes = []
+    for i in range(400):
+        history += [call(f"c{i}", "cat x"), result(f"c{i}", filler(5000 if i % 2 else 300, f"r{i}"))]
+        compactor.compact_with_record(history, "long")
+        path = tmp_path / "state" / "long.json"
+        sizes.append(path.stat().st_size if path.exists() else 0)
+    state = compactor.state("long")
+    uncovered_results = sum(1 for m in history[1 + state.covered :] if m["role"] == "tool")
+    assert state.covered > 600 and len(state.offloaded) <= uncovered_results
+    assert max(sizes[200:]) < 2 * max(sizes[:200])  # bounded, not growing with the session
+    assert parses == []  # every load found the file as this worker wrote it
+    make_compactor(context_window=12_000, plugins={"state": "state-files"}).compact_with_record(history, "long")
+    assert len(parses) == 1  # a worker that has not read it yet parses it, once
+
+
+# --- 8. lone surrogates ---------------------------------------------------------------------------
+
+
+def test_lone_surrogates_are_kept_in_records_state_offloads_and_cli_output(make_compactor, tmp_path):
+    from click.testing import CliRunner
+
+    from progressive_compactor.cli.app import cli
+
+    odd = "bad \ud800 half " + filler(5000, "s")
+    history = [{"role": "user", "content": "fix \udfff it"}, call("c0"), result("c0", odd)] + filler_turns("x")
+    compactor, _ = warn_compactor(make_compactor, plugins={"state": "state-files"}, config={"store-jsonl": {"record_none": True}})
+    view, record = compactor.compact_with_record(history)
+    (entry,) = record.offloaded
+    assert compactor.read_tool_result(entry.handle) == odd
+    assert compactor.records()[-1].id == record.id
+    assert compactor.state().offloaded
+    session = tmp_path / "s.json"
+    session.write_text(json.dumps(history))  # escaped: valid JSON
+    out = tmp_path / "view.jsonl"
+    out.write_text("the previous view\n")
+    result_ = CliRunner().invoke(cli, ["compact", str(session), "-o", str(out), "--data-dir", str(tmp_path)])
+    assert result_.exit_code == 0, result_.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["content"] == "fix \udfff it"
+    stdout = CliRunner().invoke(cli, ["compact", str(session), "--data-dir", str(tmp_path)])
+    assert stdout.exit_code == 0 and json.loads(stdout.stdout.splitlines()[0])["content"] == "fix \udfff it"
+
+
+# --- 9. output files ------------------------------------------------------------------------------
+
+
+def test_output_files_are_owner_only_and_never_left_half_written(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from progressive_compactor.cli.app import cli
+
+    session = tmp_path / "s.jsonl"
+    session.write_text("".join(json.dumps(m) + "\n" for m in [{"role": "user", "content": "hi"}]))
+    out = tmp_path / "view.jsonl"
+    ok = CliRunner().invoke(cli, ["compact", str(session), "-o", str(out), "--data-dir", str(tmp_path)])
+    assert ok.exit_code == 0 and stat.S_IMODE(out.stat().st_mode) == 0o600
+    out.write_text("the previous view\n")
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("os.fsync", interrupted)
+    CliRunner().invoke(cli, ["compact", str(session), "-o", str(out), "--data-dir", str(tmp_path)])
+    assert out.read_text() == "the previous view\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".view")] == []
+
+
+# --- 10. smaller things ---------------------------------------------------------------------------
+
+
+def test_a_role_that_is_not_a_string_is_named(make_compactor):
+    from progressive_compactor import InvalidMessagesError
+
+    with pytest.raises(InvalidMessagesError, match=r"message 0: role \['user'\] is not one of"):
+        make_compactor().compact([{"role": ["user"], "content": "x"}])
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"role": ["user"], "content": "x"}\n', "line 1 (message 0): role ['user'] is not one of"),
+        ('{"role": "user", "content": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "line 1: JSON nested too deeply"),
+    ],
+    ids=["list-role", "deep-nesting"],
+)
+def test_bad_input_names_the_file_and_line(tmp_path, content, expected):
+    from click.testing import CliRunner
+
+    from progressive_compactor.cli.app import cli
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    out = CliRunner().invoke(cli, ["compact", str(path), "--data-dir", str(tmp_path)])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert f"{path}: {expected}" in out.output
+
+
+def test_records_that_are_not_utf8_are_skipped_with_their_file_and_line(tmp_path, make_compactor, caplog):
+    from click.testing import CliRunner
+
+    from progressive_compactor.cli.app import cli
+
+    compactor = make_compactor(config={"store-jsonl": {"record_none": True}})
+    compactor.compact([{"role": "user", "content": "hi"}], "s1")
+    path = tmp_path / "records" / "s1.jsonl"
+    path.write_bytes(path.read_bytes() + b"\xff\xfe not utf-8\n")
+    out = CliRunner().invoke(cli, ["records", str(path), "--json"])
+    assert out.exit_code == 0 and len(out.stdout.splitlines()) == 1
+    assert f"{path}:2: skipped" in out.output
+
+
+@pytest.mark.parametrize(
+    ("yaml", "expected"),
+    [
+        ("plugins: {tokens: none}", "the tokens role cannot be empty"),
+        ("plugins: {state: none}", "the state role cannot be empty"),
+        ("offload_threshold: -5", "offload_threshold must be more than 0, got -5"),
+        ("config: {offload-files: {preview_lines: -1}}", "preview_lines must be 0 or more, got -1"),
+    ],
+)
+def test_config_check_rejects_empty_roles_and_negative_sizes(tmp_path, yaml, expected):
+    from progressive_compactor.validation import config_file_problems
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml + "\n")
+    assert any(expected in p for p in config_file_problems(str(path)))
+
+
+def test_gc_says_what_did_not_exist_and_quotes_odd_ids(tmp_path, make_compactor):
+    from click.testing import CliRunner
+
+    from progressive_compactor.cli.app import cli
+
+    compactor = make_compactor(config={"store-jsonl": {"record_none": True}})
+    compactor.compact([{"role": "user", "content": "hi"}], "two\nlines")
+    runner = CliRunner()
+    missing = runner.invoke(cli, ["gc", "nosuchsession", "--data-dir", str(tmp_path)])
+    assert missing.exit_code == 0 and "removed" not in missing.output
+    assert "session nosuchsession: nothing stored" in missing.output
+    odd = runner.invoke(cli, ["gc", "--older-than", "0s", "--data-dir", str(tmp_path)])
+    assert "removed session 'two\\nlines'" in odd.output
+    assert compactor.records("two\nlines") is None
+
+
+def test_an_empty_session_id_is_an_error(make_compactor):
+    from progressive_compactor import CompactorError
+
+    with pytest.raises(CompactorError, match="session_id must be a non-empty string"):
+        make_compactor().compact([{"role": "user", "content": "hi"}], "")
+
+
+def test_duplicate_call_ids_in_one_message_are_made_distinct_and_each_answered(make_compactor):
+    twice = {"role": "assistant", "content": "", "tool_calls": [tool_call("dup", "ls a"), tool_call("dup", "ls b")]}
+    history = [{"role": "user", "content": "go"}, twice, result("dup", "A"), result("dup", "B"), call("z"), result("z", "z")]
+    view, record = make_compactor().compact_with_record(history)
+    assert problems(view) == []
+    ids = [c["id"] for c in view[1]["tool_calls"]]
+    assert ids == ["dup", "dup~2"]
+    assert [(m["tool_call_id"], m["content"]) for m in view[2:4]] == [("dup", "A"), ("dup~2", "B")]
+    assert record.repaired_tool_pairs == 1
+
+
+def test_a_huge_tool_result_costs_a_few_times_its_size(make_compactor):
+    import tracemalloc
+
+    huge = "\n".join(f"line {i} " + "x" * 60 for i in range(800_000))  # 52 MB
+    history = [{"role": "user", "content": "go"}, call("big"), result("big", huge + "\nError: it broke")]
+    history += filler_turns("x")
+    compactor, _ = warn_compactor(make_compactor)
+    tracemalloc.start()
+    view, record = compactor.compact_with_record(history)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert record.offloaded and view[2]["content"].startswith(PLACEHOLDER_PREFIX)
+    assert peak < 4 * len(huge), f"{peak / len(huge):.1f} times the result"

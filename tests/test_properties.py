@@ -14,6 +14,7 @@ Token targets the core guarantees (tokens as ``tokens-chars`` counts them):
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from progressive_compactor import CompactionTier
+from progressive_compactor.plugins.fallback_token_budget import MARKER
 from progressive_compactor.testing import (
     RecordingSummarizer,
     estimate,
@@ -33,6 +35,9 @@ from progressive_compactor.testing import (
 )
 
 SOFT, WARN = 0.70, 0.60
+EXAMPLES = int(os.environ.get("COMPACTOR_FUZZ_EXAMPLES", "0")) or None
+"""More examples for a long fuzz run (``COMPACTOR_FUZZ_EXAMPLES=5000``); CI runs the defaults."""
+TURNS: list[int] = []
 
 sizes = st.one_of(
     st.integers(0, 400),
@@ -42,6 +47,10 @@ sizes = st.one_of(
 )
 
 events = st.one_of(
+    st.tuples(st.just("tools-reused-ids"), st.lists(sizes, min_size=1, max_size=2)),  # call_0 in every reply
+    st.tuples(st.just("tools-duplicate-ids"), st.lists(sizes, min_size=2, max_size=3)),  # one id twice in a message
+    st.tuples(st.just("surrogates"), sizes),  # lone surrogates: valid JSON, no valid UTF-8
+    st.tuples(st.just("huge-arguments"), st.integers(5_000, 80_000)),
     st.tuples(st.just("user"), st.integers(1, 3000)),
     st.tuples(st.just("assistant"), st.integers(0, 2000)),
     st.tuples(st.just("tools"), st.lists(sizes, min_size=1, max_size=3)),
@@ -62,8 +71,19 @@ def histories(draw):
             history.append({"role": "user", "content": filler(arg, f"u{n}")})
         elif kind == "assistant":
             history.append({"role": "assistant", "content": filler(arg, f"a{n}")})
+        elif kind == "surrogates":
+            history.append({"role": "assistant", "content": "Reading.", "tool_calls": [tool_call(f"s{n}", "cat odd")]})
+            history.append({"role": "tool", "tool_call_id": f"s{n}", "content": "\ud800 " + filler(arg, f"s{n}") + " \udfff"})
+        elif kind == "huge-arguments":
+            call = tool_call(f"h{n}", "echo " + filler(arg, f"h{n}"))
+            history.append({"role": "assistant", "content": "Writing.", "tool_calls": [call]})
+            history.append({"role": "tool", "tool_call_id": f"h{n}", "content": "ok"})
         elif kind.startswith("tools"):
             ids = [f"c{n}_{k}" for k in range(len(arg))]
+            if kind == "tools-reused-ids":
+                ids = [f"call_{k}" for k in range(len(arg))]
+            elif kind == "tools-duplicate-ids":
+                ids = [f"dup{n}"] * len(arg)
             history.append(
                 {
                     "role": "assistant",
@@ -74,7 +94,10 @@ def histories(draw):
             answered = list(zip(ids, arg))
             if kind == "tools-missing-result":
                 answered = answered[1:]
-            history += [{"role": "tool", "tool_call_id": i, "content": filler(size, i)} for i, size in answered]
+            history += [
+                {"role": "tool", "tool_call_id": i, "content": filler(size, f"{i}@{n}.{k}")}
+                for k, (i, size) in enumerate(answered)
+            ]
         elif kind == "user-parts":
             history.append(
                 {
@@ -104,12 +127,33 @@ def check_view(compactor, history, view, record):
         assert tokens < WARN * window
     else:
         assert tokens < SOFT * window, (record.tier, record.errors)
-    results = {m["tool_call_id"]: m["content"] for m in history if m["role"] == "tool"}
-    for entry in record.offloaded:
-        assert Path(entry.path).read_bytes() == results[entry.tool_call_id].encode()
+    TURNS.append(1)
+    check_results(compactor, history, view)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def check_results(compactor, history, view):
+    """Each tool result of the view is its own occurrence's, as text or through its handle: with
+    reused ids the occurrences of one id are matched in order (summarized ones skipped)."""
+    queues: dict[str, list[str]] = {}
+    for m in history:
+        if m["role"] == "tool":
+            queues.setdefault(m["tool_call_id"], []).append(m["content"])
+    for m in view:
+        if m["role"] != "tool" or m["tool_call_id"] not in queues:
+            continue
+        text = m["content"]
+        if text.startswith("[Tool result offloaded"):
+            text = compactor.read_tool_result(text.split("Handle: ")[1].split("]")[0])
+        elif MARKER.strip() in text or text.startswith("[no result"):
+            continue  # shortened by truncation, or a call that had no result
+        queue = queues[m["tool_call_id"]]
+        while queue and queue[0] != text:
+            queue.pop(0)
+        assert queue, f"{m['tool_call_id']}: the view shows a result that is not this occurrence's"
+        queue.pop(0)
+
+
+@settings(max_examples=EXAMPLES or 80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     history=histories(),
     window=st.integers(1000, 40_000),
@@ -137,7 +181,7 @@ def test_every_view_is_valid_and_fits_its_tier_turn_by_turn(history, window, min
         assert history == before
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=EXAMPLES or 60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(history=histories(), window=st.integers(1000, 40_000))
 def test_a_whole_history_at_once_is_valid_and_fits(history, window):
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,3 +202,8 @@ def test_a_whole_history_at_once_is_valid_and_fits(history, window):
             for before, after in changed:
                 assert before["role"] == "tool" and before["tool_call_id"] in offloaded
                 assert after["content"].startswith("[Tool result offloaded")
+
+
+def teardown_module(module):
+    if os.environ.get("COMPACTOR_FUZZ_EXAMPLES"):
+        print(f"\nfuzzed turns checked: {len(TURNS)}")
