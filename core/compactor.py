@@ -299,9 +299,22 @@ class ProgressiveCompactor:
                 repairs,
             )
         work.uncovered = cache.uncovered + recent.messages
+        work.counts = cache.uncovered_counts + recent.counts
         tier = yield from self._tiers.run(cache, work, requested, tokens_before)
+        if work.state is state and not work.rewritten and work.fallback_view is None:  # nothing to do at this tier
+            return (
+                cache.unchanged_view(recent),
+                work,
+                tier,
+                requested,
+                tokens_before,
+                tokens_before,
+                msgs_before,
+                repairs,
+            )
         view = self._tiers.assemble(cache, work)
         problems = view_problems(view)
+        fixed_view = bool(problems)
         if problems:  # a plugin broke the structure: repair before anything leaves
             view, fixed = repair_tool_pairs(view)
             repairs += fixed
@@ -316,7 +329,8 @@ class ProgressiveCompactor:
                 if saved is None and not last:
                     return work
         out = [message_to_dict(m) for m in view]
-        return out, work, tier, requested, tokens_before, sum(self.hooks.estimate_tokens(view)), msgs_before, repairs
+        tokens_after = sum(self.hooks.estimate_tokens(view)) if fixed_view else self._tiers.view_tokens(cache, work)
+        return out, work, tier, requested, tokens_before, tokens_after, msgs_before, repairs
 
     def _record(
         self,

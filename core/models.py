@@ -207,6 +207,9 @@ class TierInput:
     tail: tuple[Message, ...]
     view_tokens: int
     context_window: int
+    head_tokens: tuple[int, ...] = ()
+    """The token count of each message of ``head``."""
+    tail_tokens: tuple[int, ...] = ()
 
 
 @attrs.frozen

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+import sys
 from importlib import metadata
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
@@ -119,12 +121,37 @@ class PluginInfo:
     value: str
 
 
+_INSTALLED: dict[tuple[Any, ...], dict[str, PluginInfo]] = {}
+
+
+def _installation_key() -> tuple[Any, ...]:
+    """What changes when a distribution is installed or removed: the folders on ``sys.path``
+    and their modification times."""
+    key: list[tuple[str, int | None]] = []
+    for entry in sys.path:
+        try:
+            key.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            key.append((entry, None))
+    return tuple(key)
+
+
 def installed_plugins() -> dict[str, PluginInfo]:
     """Every entry point in our group, de-duplicated by (distribution, name).
 
     Two different distributions that declare the same name are a real conflict and raise
-    :class:`PluginError` naming both.
+    :class:`PluginError` naming both. Reading the metadata of every distribution costs tens of
+    milliseconds, so the answer is kept until an installation changes a folder on ``sys.path``.
     """
+    key = _installation_key()
+    cached = _INSTALLED.get(key)
+    if cached is None:
+        _INSTALLED.clear()
+        cached = _INSTALLED[key] = _scan_entry_points()
+    return dict(cached)
+
+
+def _scan_entry_points() -> dict[str, PluginInfo]:
     found: dict[str, PluginInfo] = {}
     for ep in metadata.entry_points(group=GROUP):
         dist = getattr(ep, "dist", None)

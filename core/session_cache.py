@@ -36,9 +36,14 @@ class Recent:
     """The repaired recent messages with offloads applied, their tokens, dicts and repairs."""
 
     messages: list[Message]
-    tokens: int
+    counts: list[int]
+    """The token count of each message."""
     dicts: list[dict[str, Any]]
     repairs: int
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.counts)
 
 
 def with_placeholder(message: Message, position: int, state: SessionState) -> Message:
@@ -96,6 +101,7 @@ class SessionCache:
         # The uncovered view, for the state it was built for.
         self.view_state: tuple[Any, ...] | None = None
         self.uncovered: list[Message] = []
+        self.uncovered_counts: list[int] = []
         self.uncovered_dicts: list[dict[str, Any]] = []
         self.uncovered_tokens = 0
         self.uncovered_end = 0
@@ -170,9 +176,9 @@ class SessionCache:
             repaired = [with_placeholder(m, start + j, state) for j, m in enumerate(repaired)]
         if self.first_request is None:
             self.first_request = first_user_request(repaired, self.intent_max_chars)
-        tokens = sum(self.estimate(repaired)) if repaired else 0
+        counts = self.estimate(repaired) if repaired else []
         self._recent_key = key
-        self._recent = Recent(repaired, tokens, [message_to_dict(m) for m in repaired], repairs)
+        self._recent = Recent(repaired, counts, [message_to_dict(m) for m in repaired], repairs)
         return self._recent
 
     # --- the state's boundary and view ----------------------------------------------------------
@@ -205,7 +211,7 @@ class SessionCache:
         key = state_key(state)
         if self.view_state != key or self.uncovered_end < state.covered:
             self.view_state = key
-            self.uncovered, self.uncovered_dicts, self.uncovered_tokens = [], [], 0
+            self.uncovered, self.uncovered_dicts, self.uncovered_counts, self.uncovered_tokens = [], [], [], 0
             self.uncovered_end = state.covered
             if state.covered:
                 self.compaction = compaction_message(state)
@@ -222,6 +228,7 @@ class SessionCache:
                 tokens = self.estimate([shown])[0]
             self.uncovered.append(shown)
             self.uncovered_dicts.append(message_to_dict(shown))
+            self.uncovered_counts.append(tokens)
             self.uncovered_tokens += tokens
         self.uncovered_end = max(self.uncovered_end, end)
 

@@ -10,7 +10,9 @@ an agent with a shell can plant symbolic links. So: a name is never a path (:fun
 nothing under a plugin's root is followed if it is a link (each component is checked with
 ``lstat`` and files are opened with ``O_NOFOLLOW``), and everything is created owner-only
 (folders 0700, files 0600). Whole files are replaced atomically (a temporary file, then a rename),
-so a crash leaves the old content or the new, never a torn file.
+so a crashed process leaves the old content or the new, never a torn file. (They are not synced
+to disk: what a compactor keeps can be rebuilt from the history, and a sync per offload would
+cost more than the turn.)
 """
 
 from __future__ import annotations
@@ -117,8 +119,6 @@ def write_private(path: Path, data: bytes, root: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)  # a link at ``path`` is replaced, never followed
     except BaseException:
         try:
@@ -138,8 +138,6 @@ def create_private(path: Path, data: bytes, root: Path) -> bool:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.link(tmp, path)  # fails if anything, a link included, is already at ``path``
         return True
     except FileExistsError:

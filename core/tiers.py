@@ -72,6 +72,10 @@ class TurnWork:
     stable: int
     """``uncovered[:stable]`` may be folded into the summary; the rest is still being repaired."""
     compaction: Message | None
+    counts: list[int] = attrs.Factory(list)
+    """The token count of each message of ``uncovered``, kept in step with it."""
+    rewritten: bool = False
+    """A tier's rewrite changed the uncovered messages (the view differs though the state does not)."""
     errors: list[str] = attrs.Factory(list)
     escalations: list[str] = attrs.Factory(list)
     fallback: bool = False
@@ -106,6 +110,8 @@ class TierRunner:
                 tail=tuple(work.uncovered[tail_start:]),
                 view_tokens=tokens,
                 context_window=window,
+                head_tokens=tuple(work.counts[:tail_start]),
+                tail_tokens=tuple(work.counts[tail_start:]),
             )
             plan = self.hooks.apply_tier(tier_input, work.context)
             if plan is None:
@@ -113,7 +119,10 @@ class TierRunner:
                     return tier
                 plan = TierPlan(offload=True, offload_tail=True, fallback=True)
             if plan.rewrite is not None:
-                work.uncovered = list(plan.rewrite(list(work.uncovered)))
+                rewritten = list(plan.rewrite(list(work.uncovered)))
+                if rewritten != work.uncovered:
+                    work.uncovered, work.rewritten = rewritten, True
+                    work.counts = self.hooks.estimate_tokens(rewritten)
                 work.stable = min(work.stable, len(work.uncovered))
             count = 0
             if plan.summarize > 0 and not plan.fallback:
@@ -137,7 +146,7 @@ class TierRunner:
                 work.preserved = len(work.uncovered)
             if tier < CompactionTier.SOFT:
                 return tier
-            tokens = sum(self.hooks.estimate_tokens(self.assemble(cache, work)))
+            tokens = self.view_tokens(cache, work)
             if self.hooks.determine_tier(tokens, window, work.context) < CompactionTier.SOFT:
                 return tier
             work.escalations.append(
@@ -156,7 +165,7 @@ class TierRunner:
         messages = work.uncovered[:count]
         self.hooks.extract_memory(messages, work.session_id)
         facts = self._facts(cache, work, count)
-        replaced = sum(self.hooks.estimate_tokens(messages))
+        replaced = sum(work.counts[:count])
         previous = work.state
         request = SummaryRequest(
             messages=tuple(messages),
@@ -194,6 +203,7 @@ class TierRunner:
         work.state = state
         work.compaction = compaction
         work.uncovered = work.uncovered[count:]
+        work.counts = work.counts[count:]
         work.stable -= count
         work.summarized += count
         return None, False
@@ -232,6 +242,7 @@ class TierRunner:
             work.compaction = compaction
             work.summarized += cut
             work.uncovered = work.uncovered[cut:]
+            work.counts = work.counts[cut:]
             work.stable -= cut
 
     def _truncated_state(self, cache: SessionCache, work: TurnWork, cut: int) -> SessionState:
@@ -287,9 +298,8 @@ class TierRunner:
         start = work.state.covered
         changed = False
         after: list[int] = []
-        counts: list[int] = []
+        counts = work.counts
         if break_factor is not None:
-            counts = self.hooks.estimate_tokens(work.uncovered)
             total = 0
             for count in reversed(counts):
                 after.append(total)
@@ -315,6 +325,7 @@ class TierRunner:
             offloaded[str(start + i)] = entry
             work.offloaded.append(entry)
             work.uncovered[i] = replace_content(m, entry.placeholder)
+            work.counts[i] = self.hooks.estimate_tokens([work.uncovered[i]])[0]
             changed = True
         if changed:
             work.state = attrs.evolve(work.state, offloaded=offloaded)
@@ -344,6 +355,13 @@ class TierRunner:
 
     def compaction_message_for(self, session_id: str) -> Callable[[SessionState], Message]:
         return lambda state: self.compaction_message(session_id, state)
+
+    def view_tokens(self, cache: SessionCache, work: TurnWork) -> int:
+        """Tokens of the view as it stands (counted once per message, kept in step)."""
+        if work.fallback_view is not None:
+            return sum(self.hooks.estimate_tokens(work.fallback_view))
+        compaction = self.hooks.estimate_tokens([work.compaction])[0] if work.compaction is not None else 0
+        return cache.system_tokens + compaction + sum(work.counts)
 
     def assemble(self, cache: SessionCache, work: TurnWork) -> list[Message]:
         """The view as it stands: the fallback's, or system, compaction message and uncovered."""

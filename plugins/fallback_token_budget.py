@@ -7,7 +7,8 @@ window: shortened if need be (its results, then its tool-call arguments, head an
 a marker) to the budget's room or half of what the window has left, whichever is more, and
 further only if the window demands it. When the pinned messages
 alone are over the budget they are shortened too, the compaction message first, the system
-message last. A line that names an offloaded result's handle is never cut. The result never
+message last. A line that names an offloaded result's handle, and a bracketed first line such as
+``[Context Compaction]``, is never cut. The result never
 separates a tool call from its results.
 """
 
@@ -37,11 +38,13 @@ def groups(messages: Sequence[Message]) -> list[list[Message]]:
 
 def _protected(text: str) -> tuple[str, str, str]:
     """``(first, body, last)``: the first and last lines when they name a handle (an offload
-    placeholder's), which a cut must keep whole, and what lies between."""
+    placeholder's), or the first line when it is a bracketed header (``[Context Compaction]``),
+    which a cut must keep whole, and what lies between."""
     first = last = ""
     body = text
     end = body.find("\n")
-    if end != -1 and "Handle:" in body[:end]:
+    header = body[:end].strip() if end != -1 else ""
+    if "Handle:" in header or (header.startswith("[") and header.endswith("]") and len(header) <= 80):
         first, body = body[: end + 1], body[end + 1 :]
     start = body.rfind("\n")
     if start != -1 and "handle" in body[start:]:

@@ -61,12 +61,14 @@ def fake_entry_point(name, value, dist):
 def test_duplicates_of_one_distribution_are_merged(monkeypatch):
     eps = [fake_entry_point("x", "a:B", "dist-a"), fake_entry_point("x", "a:B", "dist-a")]
     monkeypatch.setattr(plugin_manager.metadata, "entry_points", lambda group: eps)
+    monkeypatch.setattr(plugin_manager, "_INSTALLED", {})  # what was read before the fake
     assert list(installed_plugins()) == ["x"]
 
 
 def test_two_distributions_declaring_one_name_are_a_conflict_naming_both(monkeypatch):
     eps = [fake_entry_point("x", "a:B", "dist-a"), fake_entry_point("x", "c:D", "dist-c")]
     monkeypatch.setattr(plugin_manager.metadata, "entry_points", lambda group: eps)
+    monkeypatch.setattr(plugin_manager, "_INSTALLED", {})
     with pytest.raises(PluginError, match=r"dist-a \(a:B\) and dist-c \(c:D\)"):
         installed_plugins()
 
@@ -222,7 +224,8 @@ def test_the_fallback_cannot_be_disabled():
     ):
         load_config("default", plugins={"disable": ["fallback-token-budget"]})
     with pytest.raises(
-        ConfigError, match=r"the fallback role cannot be empty; the core must always be able to truncate: use fallback-token-budget @ \$.plugins.fallback"
+        ConfigError,
+        match=r"the fallback role cannot be empty; the core must always be able to truncate: use fallback-token-budget @ \$.plugins.fallback",
     ):
         load_config("default", plugins={"fallback": "none"})
 
@@ -418,3 +421,12 @@ def test_the_plugin_context_resolves_the_data_dir(monkeypatch, tmp_path):
     assert context.data_dir == str(tmp_path / "home" / "compactor")
     assert context.path("{data_dir}/records") == tmp_path / "home" / "compactor" / "records"
     assert context.path("/elsewhere/state") == Path("/elsewhere/state")
+
+
+def test_the_installed_plugins_are_read_again_when_an_installation_changes_sys_path(monkeypatch, tmp_path):
+    first = installed_plugins()
+    eps = [fake_entry_point("x", "a:B", "dist-a")]
+    monkeypatch.setattr(plugin_manager.metadata, "entry_points", lambda group: eps)
+    assert installed_plugins() == first  # nothing changed on sys.path: the answer is kept
+    monkeypatch.syspath_prepend(str(tmp_path))  # a new folder, as an installation would add
+    assert list(installed_plugins()) == ["x"]
