@@ -36,7 +36,8 @@ POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "truncation": ("baseline-truncation", {}),
     "one-threshold": ("baseline-one-threshold", {}),
     "masking": ("baseline-masking", {}),
-    "progressive": ("default", {}),
+    "default": ("default", {}),
+    "classic": ("classic", {}),
     "cache-aware": ("cache-aware", {}),
 }
 CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {

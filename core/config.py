@@ -30,6 +30,7 @@ from .pricing import PriceTable
 
 BUNDLED = (
     "default",
+    "classic",
     "cache-aware",
     "openai",
     "anthropic",
@@ -48,7 +49,7 @@ ESSENTIAL_PLUGINS = ("fallback-token-budget",)
 class PluginSelection:
     """Which plugin fills each role. ``none`` leaves a role empty (a tier that does nothing)."""
 
-    policy: str = "policy-thresholds"
+    policy: str = "policy-cost"
     tier_warn: str = "tier-warn"
     tier_soft: str = "tier-soft"
     tier_full: str = "tier-full"

@@ -164,6 +164,9 @@ class SummaryResult:
     """Input tokens the provider reported (None when offline or not reported)."""
     tokens_out: int | None = None
     model: str | None = None
+    delta: bool = False
+    """The text holds only what the new messages add (their anchors, a paragraph of prose); the
+    core merges it into the previous summary. A whole summary (False) replaces the prose."""
 
 
 @attrs.frozen
@@ -191,6 +194,9 @@ class TierPlan:
     summarize: int = 0
     fallback: bool = False
     rewrite: Any = None
+    offload_head: bool = False
+    """With ``offload`` and a summary of part of the head: offload the whole head, not only the
+    part summarized (the summary changes the view's prefix anyway)."""
     offload_break_factor: float | None = None
     """With ``offload`` and no summary: offload a result only when the tokens after it (which a
     provider's prompt cache must then read again at full price) are at most this many times the

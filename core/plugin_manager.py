@@ -54,6 +54,7 @@ BUILTIN_PLUGINS = (
     "anchors-markdown",
     "fallback-token-budget",
     "offload-files",
+    "policy-cost",
     "policy-single-threshold",
     "policy-thresholds",
     "state-files",

@@ -44,18 +44,20 @@ KEYWORD_OPTIONS = ("todo_injector", "memory_extractor", "record_store", "offload
 def make_config(
     tmp_path: str | os.PathLike[str],
     config: CompactorConfig | str | Mapping[str, Any] | None = "default",
+    *,
+    base: str = "default",
     **overrides: Any,
 ) -> CompactorConfig:
     """A checked config with ``overrides`` applied whose files all live under ``tmp_path``.
 
     ``config`` is the config to start from (a bundled name, a path or a ``CompactorConfig``); a
-    mapping there is taken as the ``config:`` section of plugin blocks over the default config.
+    mapping there is taken as the ``config:`` section of plugin blocks over ``base``.
     ``data_dir`` is set to ``tmp_path``; a test's own ``data_dir`` or folder settings still win.
     Plugin objects the config selects by name go in ``extra_plugins`` (a mapping).
     """
     if isinstance(config, Mapping):
         overrides = {**overrides, "config": dict(config)}
-        config = "default"
+        config = base
     extra = overrides.pop("extra_plugins", None)
     overrides = deep_merge({"data_dir": str(tmp_path)}, overrides)
     if isinstance(config, CompactorConfig):
@@ -69,6 +71,7 @@ def make_compactor(
     *,
     extra_plugins: Sequence[tuple[str, Any]] = (),
     session_id: str = "test-session",
+    base: str = "default",
     **overrides: Any,
 ) -> ProgressiveCompactor:
     """A :class:`ProgressiveCompactor` for a test: files under ``tmp_path``, ``overrides`` applied.
@@ -80,7 +83,7 @@ def make_compactor(
     may select one by its name, e.g. ``plugins={"summarizer": "mine"}``).
     """
     options = {k: overrides.pop(k) for k in KEYWORD_OPTIONS if k in overrides}
-    cfg = make_config(tmp_path, config, extra_plugins=dict(extra_plugins), **overrides)
+    cfg = make_config(tmp_path, config, base=base, extra_plugins=dict(extra_plugins), **overrides)
     return ProgressiveCompactor(cfg, session_id=session_id, extra_plugins=extra_plugins, **options)
 
 

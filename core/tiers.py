@@ -128,7 +128,13 @@ class TierRunner:
             if plan.summarize > 0 and not plan.fallback:
                 count = self._split(work.uncovered, plan.summarize, min(tail_start, work.stable))
             if plan.offload:
-                end = len(work.uncovered) if plan.offload_tail else (count or tail_start)
+                end = (
+                    len(work.uncovered)
+                    if plan.offload_tail
+                    else tail_start
+                    if plan.offload_head
+                    else (count or tail_start)
+                )
                 factor = plan.offload_break_factor if not (count or plan.fallback) else None
                 self._offload(cache, work, end, factor)
             if plan.fallback:
@@ -185,12 +191,15 @@ class TierRunner:
         work.tokens_in += result.tokens_in or 0
         work.tokens_out += result.tokens_out or 0
         parsed = self.hooks.parse_anchors(result.text) or anchor_fns.parse_markdown(result.text)
-        if parsed.missing:
+        if parsed.missing and not result.delta:  # a delta leaves out what the new messages do not change
             work.errors.append(
                 "anchor parsing incomplete: " + ", ".join(t.value for t in parsed.missing) + " set to N/A"
             )
         merged = anchor_fns.ensure_facts(anchor_fns.merge_anchors(previous.anchors, parsed.anchors), facts)
-        state = self._covering(cache, work, count, summary=parsed.prose or previous.summary, anchors=merged)
+        prose = parsed.prose or previous.summary
+        if result.delta and previous.summary and parsed.prose:
+            prose = f"{previous.summary}\n\n{parsed.prose}"
+        state = self._covering(cache, work, count, summary=prose, anchors=merged)
         compaction = self.compaction_message(work.session_id, state)
         old_tokens = sum(self.hooks.estimate_tokens([work.compaction])) if work.compaction else 0
         new_tokens = self.hooks.estimate_tokens([compaction])[0]
@@ -261,11 +270,14 @@ class TierRunner:
     def _covering(
         self, cache: SessionCache, work: TurnWork, count: int, *, summary: str | None, anchors: Sequence[Anchor]
     ) -> SessionState:
-        """The state once ``work.uncovered[:count]`` is covered: the summary and anchors (secrets
-        masked: the state is written where records are), the boundary fingerprinted from the
-        original message, the handles of the offloaded results that leave the view, and no entry
-        for a position now covered (the state stays small however long the session runs)."""
+        """The state once ``work.uncovered[:count]`` is covered: the summary and anchors, cut to the
+        summary budget as the compaction message shows them (the next summary request sends the
+        previous summary as the agent saw it, no more) and with secrets masked (the state is
+        written where records are); the boundary fingerprinted from the original message; the
+        handles of the offloaded results that leave the view; no entry for a position now covered
+        (the state stays small however long the session runs)."""
         previous = work.state
+        anchors, summary = anchor_fns.fit_summary(anchors, summary or "", self.summary_budget * 4)
         covered = previous.covered + count
         handles = list(previous.dropped_handles)
         for position in range(previous.covered, covered):
@@ -275,7 +287,7 @@ class TierRunner:
         redact = self.secrets.redact
         return attrs.evolve(
             previous,
-            summary=redact(summary) if summary else summary,
+            summary=redact(summary) if summary else None,
             anchors=tuple(Anchor(a.type, redact(a.content)) for a in anchors),
             covered=covered,
             covered_fingerprint=fingerprint(cache.settled[covered - 1]),

@@ -41,6 +41,10 @@ class ExtractiveSummarizer:
         """Later user messages quoted (shortened) in the prose and the intent anchor."""
         note_chars: int = 300
         max_prose_chars: int = 6000
+        delta: bool = False
+        """Write only what the new messages add (their anchors and one paragraph), for the core
+        to merge into the previous summary: a shorter summary to write, as an LLM summarizer in
+        delta mode would, and nothing of the previous one to read."""
 
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
@@ -54,6 +58,15 @@ class ExtractiveSummarizer:
             intent = anchors[0].content if not anchors[0].is_empty else ""
             notes = "\n".join(f"- Later instruction: {n}" for n in later)
             anchors = (Anchor(AnchorType.USER_INTENT, f"{intent}\n{notes}".strip()), *anchors[1:])
+        if self.config.delta:
+            known = "\n".join(a.content for a in request.previous_anchors)
+            if facts.user_request and facts.user_request in known:  # already in the summary: not again
+                anchors = (
+                    Anchor(AnchorType.USER_INTENT, "\n".join(f"- Later instruction: {n}" for n in later) or "N/A"),
+                    *anchors[1:],
+                )
+            paragraph = self._paragraph(request, later)
+            return SummaryResult(text=format_summary(anchors, paragraph), model="extractive", delta=True)
         merged = merge_anchors(request.previous_anchors, anchors)
         prose = self._prose(request, later)
         text = format_summary(merged, prose)
@@ -86,6 +99,15 @@ class ExtractiveSummarizer:
         return counts.most_common(8)
 
     def _prose(self, request: SummaryRequest, later: list[str]) -> str:
+        paragraph = self._paragraph(request, later)
+        previous = (request.previous_summary or "").strip()
+        prose = f"{previous}\n\n{paragraph}" if previous and previous != "N/A" else paragraph
+        if len(prose) > self.config.max_prose_chars:
+            prose = "..." + prose[-self.config.max_prose_chars :]
+        return prose
+
+    def _paragraph(self, request: SummaryRequest, later: list[str]) -> str:
+        """One paragraph on the new messages: who said what, in short."""
         roles = Counter(m.role for m in request.messages)
         said = [_one_line(text_of(m), 200) for m in request.messages if m.role == "assistant" and text_of(m).strip()]
         paragraph = (
@@ -99,8 +121,4 @@ class ExtractiveSummarizer:
             paragraph += " The assistant said, among other things: " + " | ".join(said[-4:])
         if later:
             paragraph += " The user also wrote: " + " | ".join(later[-3:])
-        previous = (request.previous_summary or "").strip()
-        prose = f"{previous}\n\n{paragraph}" if previous and previous != "N/A" else paragraph
-        if len(prose) > self.config.max_prose_chars:
-            prose = "..." + prose[-self.config.max_prose_chars :]
-        return prose
+        return paragraph

@@ -21,6 +21,7 @@ pytest_plugins = ["progressive_compactor.testing", "hook_recorder"]
 """``hook_recorder`` notes every hook the core calls during the run, for ``test_meta.py``."""
 
 CORPUS_ENV = "COMPACTOR_CORPUS"
+CLASSIC = "classic"
 
 
 def corpus_path() -> Path:
@@ -50,10 +51,16 @@ def tmp_config(tmp_path: Path) -> CompactorConfig:
 def make_compactor(compactor_factory) -> Callable[..., ProgressiveCompactor]:
     """``make_compactor(**overrides)``: a compactor with every file under this test's ``tmp_path``.
 
-    The ``compactor_factory`` fixture that plugin authors get; see
-    :func:`progressive_compactor.testing.make_compactor` for what ``overrides`` may hold.
+    The ``compactor_factory`` fixture that plugin authors get (see
+    :func:`progressive_compactor.testing.make_compactor` for what ``overrides`` may hold), on the
+    ``classic`` config: most tests put a history at a share of the window to reach a tier, which
+    is what classic decides by. Tests of the default config ask for it by name.
     """
-    return compactor_factory
+
+    def factory(config=CLASSIC, **overrides):
+        return compactor_factory(config, base=CLASSIC, **overrides)
+
+    return factory
 
 
 @pytest.fixture

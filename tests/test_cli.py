@@ -480,7 +480,7 @@ def test_config_check_reports_every_problem_with_its_path(tmp_path: Path) -> Non
         "plugins: {summarizer: summarize-nope}\n"
         "config:\n"
         "  offload-files: {rooot: x, preview_lines: ten}\n"
-        "  policy-thresholds: {warn: 0.9, soft: 0.5}\n"
+        "  policy-cost: {warn: 0.9, soft: 0.5}\n"
         "  store-jsonl: {directory: 5}\n"
         "  state-files: {}\n",
         "utf-8",
@@ -493,7 +493,7 @@ def test_config_check_reports_every_problem_with_its_path(tmp_path: Path) -> Non
     # state-files is installed but not selected (state: state-memory): its block is kept unused
     assert paths == {
         "$.plugins.summarizer",
-        "$.config.policy-thresholds",
+        "$.config.policy-cost",
         "$.config.offload-files.preview_lines",
         "$.config.offload-files",
         "$.config.store-jsonl.directory",
@@ -533,7 +533,7 @@ def test_config_show_fills_defaults(cfg: Path) -> None:
     assert data["data_dir"] == str(cfg.parent)
     assert data["config"]["offload-files"]["root"] == "{data_dir}/tool_results"
     assert data["config"]["offload-files"]["preview_chars"] == 1500  # a plugin default, not in the file
-    assert data["config"]["policy-thresholds"]["soft"] == 0.7
+    assert data["config"]["policy-cost"]["soft"] == 0.7 and data["config"]["policy-cost"]["keep_share"] == 0.05
     assert data["pricing"]["input"] > 0
     assert json.loads(run("config", "show", cfg, "--json").stdout) == data
 

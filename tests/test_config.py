@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from importlib import resources
 
+import attrs
 import pytest
 
 from progressive_compactor import CompactorConfig, ConfigError, PluginSelection, ProgressiveCompactor, load_config
@@ -14,15 +15,28 @@ from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
 from progressive_compactor.validation import config_from_dict
 
 
-def test_the_defaults_are_the_seeds():
-    config = load_config("default")
-    assert config == load_config(None)
+def test_the_classic_config_has_the_documented_tiers_and_sizes():
+    config = load_config("classic")
     assert (config.min_tail_messages, config.offload_threshold, config.tool_result_threshold) == (6, 4000, 10_000)
-    assert config.plugins == PluginSelection()
+    assert config.plugins == attrs.evolve(PluginSelection(), policy="policy-thresholds")
     thresholds = config.plugin_block("policy-thresholds")
     assert thresholds == {"warn": 0.60, "soft": 0.70, "full": 0.80, "emergency": 0.95}
     assert attrs_values(ThresholdPolicy.Config()) == thresholds
     assert FileOffloader.Config().preview_lines == 10 == config.plugin_block("offload-files")["preview_lines"]
+    assert config.plugins.summarizer == "summarize-extractive"  # offline
+
+
+def test_the_default_config_keeps_the_tier_thresholds_as_its_safety_limits():
+    config = load_config("default")
+    assert config == load_config(None)
+    assert config.plugins == PluginSelection() and config.plugins.policy == "policy-cost"
+    policy = config.plugin_block("policy-cost")
+    assert {k: policy[k] for k in ("warn", "soft", "full", "emergency")} == {
+        "warn": 0.60,
+        "soft": 0.70,
+        "full": 0.80,
+        "emergency": 0.95,
+    }
     assert config.plugins.summarizer == "summarize-extractive"  # offline by default
 
 

@@ -79,7 +79,7 @@ def test_bundled_ab_example():
     assert {v.config.context_window for v in e.variants} == {32_000}  # shared with the base
     assert all(v.config.variant == v.name for v in e.variants)
     assert e.variant("one-threshold").config.plugins.policy == "policy-single-threshold"
-    assert e.variant("progressive").config.plugins.policy == "policy-thresholds"
+    assert e.variant("progressive").config.plugins.policy == "policy-cost"  # the default's
     assert {e.assign(f"s{i}") for i in range(300)} == {"one-threshold", "progressive"}  # masking: weight 0
     from_config = experiment_from_config(load_config("ab-example"))
     assert from_config.names == e.names and from_config.assign("s1") == e.assign("s1")

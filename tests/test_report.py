@@ -91,7 +91,7 @@ def test_custom_thresholds_move_the_bands(tmp_path: Path, session: Path) -> None
     from cli_helpers import write_config
 
     custom = {"warn": 0.5, "soft": 0.6, "full": 0.7, "emergency": 0.9}
-    cfg = write_config(tmp_path, config={"policy-thresholds": custom})
+    cfg = write_config(tmp_path, config={"policy-cost": custom})
     out = tmp_path / "custom.html"
     result = run("report", session, "-c", cfg, "-o", out)
     assert result.exit_code == 0, result.output

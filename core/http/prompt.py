@@ -94,6 +94,53 @@ $messages
 Write the whole updated summary now, in the format above."""
 
 
+DELTA_SYSTEM = """\
+You keep the running summary of a long working session between a user and an AI agent that uses \
+tools. The summary so far is kept elsewhere; your job is to write only what the new messages add \
+to it, in exactly this Markdown format, with these six headings in this order and nothing before or \
+after them:
+
+## User Intent
+Any new instruction, constraint or change of mind from the user, each on its own line (N/A if none).
+## Execution Progress
+What the new messages did and what state it left: files created, edited or read (full paths), \
+commands run and their outcome, the state of tests and builds.
+## Key Decisions
+Each decision taken in the new messages, and why.
+## Tried Solutions
+Each approach that failed or was abandoned in the new messages, and why (quote the error line).
+## Next Steps
+The immediate next step, in one or two lines.
+## Summary
+One short paragraph of prose on what happened in the new messages.
+
+Rules:
+- Only what the new messages add: the previous summary is merged with yours by a program.
+- Under a heading with nothing new, write N/A. Never drop a heading.
+- Tool results shown as "[Tool result offloaded ...]" were moved to files: keep the handle of \
+any result that still matters, so the agent can read it back.
+- Be concrete: names, paths, numbers, error messages. No advice, no commentary.
+- Stay under about $target_words words ($target_tokens tokens)."""
+
+DELTA_USER = """\
+Session $session_id, compaction tier $tier.
+
+<user_request>
+$user_request
+</user_request>
+
+<facts>
+Facts extracted mechanically from the new messages; they are correct, keep every one of them.
+$facts
+</facts>
+
+<new_messages count="$message_count">
+$messages
+</new_messages>
+
+Write what the new messages add now, in the format above."""
+
+
 @attrs.frozen
 class PromptTemplate:
     system: str
@@ -108,6 +155,8 @@ class Prompt:
 
 
 DEFAULT_TEMPLATE = PromptTemplate(DEFAULT_SYSTEM, DEFAULT_USER)
+DELTA_TEMPLATE = PromptTemplate(DELTA_SYSTEM, DELTA_USER, "built-in (delta)")
+"""Asks for what the new messages add only; the summarizer marks its result ``delta``."""
 
 
 def _identifiers(text: str) -> set[str]:
@@ -192,8 +241,13 @@ def render_previous(summary: str | None, anchors: Sequence[Anchor]) -> str:
     return format_summary(anchors, summary or "")
 
 
-def render_facts(facts: Facts) -> str:
-    lines = [f"User's original request (verbatim):\n{facts.user_request or 'N/A'}"]
+def render_facts(facts: Facts, known: str = "") -> str:
+    """The facts, once: the user's request only when ``known`` (the previous summary as the
+    prompt shows it) does not quote it already."""
+    request = facts.user_request or "N/A"
+    if facts.user_request and facts.user_request in known:
+        request = "(quoted above; keep it verbatim)"
+    lines = [f"User's original request (verbatim):\n{request}"]
     for label, items in (
         ("Files created", facts.files_created),
         ("Files edited", facts.files_edited),
@@ -206,8 +260,11 @@ def render_facts(facts: Facts) -> str:
     return "\n".join(lines)
 
 
-def render_message(index: int, message: Message, max_chars: int) -> str:
-    """One message as a compact block, at most about ``max_chars`` characters."""
+def render_message(index: int, message: Message, max_chars: int, max_result_chars: int | None = None) -> str:
+    """One message as a compact block, at most about ``max_chars`` characters (a tool result
+    at most ``max_result_chars``: its facts, files and error line reach the prompt anyway)."""
+    if message.role == "tool" and max_result_chars is not None:
+        max_chars = min(max_chars, max_result_chars)
     if message.role == "tool":
         head = f"[{index}] tool result ({message.tool_call_id}"
         head += f", {message.name})" if message.name else ")"
@@ -222,25 +279,44 @@ def render_message(index: int, message: Message, max_chars: int) -> str:
     return f"{head}:\n{bound_text(text, max_chars)}"
 
 
-def render_messages(messages: Sequence[Message], max_chars: int) -> str:
-    return "\n\n".join(render_message(i, m, max_chars) for i, m in enumerate(messages, 1))
+def render_messages(messages: Sequence[Message], max_chars: int, max_result_chars: int | None = None) -> str:
+    return "\n\n".join(render_message(i, m, max_chars, max_result_chars) for i, m in enumerate(messages, 1))
+
+
+MAX_MESSAGE_CHARS = 1200
+MAX_RESULT_CHARS = 600
+"""A summary request is lean: each message is cut to this many characters (head and tail kept),
+a tool result shorter still. The core extracts a result's facts (files, the error line) from its
+whole text and sends them apart, and a large result is already a placeholder with a handle."""
 
 
 def build_prompt(
-    request: SummaryRequest, template: PromptTemplate = DEFAULT_TEMPLATE, *, max_message_chars: int = 4000
+    request: SummaryRequest,
+    template: PromptTemplate = DEFAULT_TEMPLATE,
+    *,
+    max_message_chars: int = MAX_MESSAGE_CHARS,
+    max_result_chars: int = MAX_RESULT_CHARS,
+    delta: bool = False,
 ) -> Prompt:
-    """The system and user prompt for ``request``. Pure: same request, same prompt."""
+    """The system and user prompt for ``request``. Pure: same request, same prompt.
+
+    ``delta`` asks for what the new messages add only (with the built-in template, the delta
+    one): the previous summary is not sent, the user's request is, once."""
+    if delta and template is DEFAULT_TEMPLATE:
+        template = DELTA_TEMPLATE
     target = target_tokens(request)
+    previous = render_previous(request.previous_summary, request.previous_anchors)
+    known = (request.facts.user_request or "") if delta else previous
     values = {
         "session_id": request.session_id,
         "tier": request.tier.label,
         "target_tokens": str(target),
         "target_words": str(target * 3 // 4),
-        "previous_summary": render_previous(request.previous_summary, request.previous_anchors),
-        "facts": render_facts(request.facts),
+        "previous_summary": previous,
+        "facts": render_facts(request.facts, known),
         "user_request": request.facts.user_request or "N/A",
         "message_count": str(len(request.messages)),
-        "messages": render_messages(request.messages, max_message_chars),
+        "messages": render_messages(request.messages, max_message_chars, max_result_chars),
     }
     return Prompt(
         system=string.Template(template.system).substitute(values),

@@ -29,7 +29,15 @@ from ..hookspecs import hookimpl
 from ..models import SummaryRequest, SummaryResult
 from ..plugin_manager import PluginContext
 from ..redaction import SecretRegistry
-from .prompt import CHARS_PER_TOKEN, Prompt, build_prompt, load_template, replaced_budget_tokens
+from .prompt import (
+    CHARS_PER_TOKEN,
+    MAX_MESSAGE_CHARS,
+    MAX_RESULT_CHARS,
+    Prompt,
+    build_prompt,
+    load_template,
+    replaced_budget_tokens,
+)
 from .retry import (
     HttpCall,
     HttpResponse,
@@ -79,10 +87,16 @@ class HttpSummarizerConfig:
     backoff_base: float = 0.5
     backoff_max: float = 20.0
     deadline: float = 300.0
+    mode: str = "whole"
+    """``whole``: the model rewrites the whole summary from the previous one and the new
+    messages. ``delta``: it writes only what the new messages add, and the core merges that into
+    the previous summary (anchors as a union, prose appended): shorter requests and replies."""
     prompt_template: str | None = None
     """Path of a prompt template file (see :mod:`progressive_compactor.http.prompt`)."""
-    max_message_chars: int = 4000
+    max_message_chars: int = MAX_MESSAGE_CHARS
     """Each message is cut to this many characters in the prompt (head and tail kept)."""
+    max_result_chars: int = MAX_RESULT_CHARS
+    """A tool result, shorter still: its facts (files, the error line) are sent apart."""
 
 
 def dig(data: Any, *path: str | int) -> Any:
@@ -179,8 +193,11 @@ class HttpSummarizer:
             problems.append(f"max_attempts must be 1 or more @ {where}.max_attempts")
         if c.max_output_tokens < 1:
             problems.append(f"max_output_tokens must be 1 or more @ {where}.max_output_tokens")
-        if c.max_message_chars < 200:
-            problems.append(f"max_message_chars must be 200 or more @ {where}.max_message_chars")
+        if c.mode not in ("whole", "delta"):
+            problems.append(f"mode must be whole or delta, got {c.mode!r} @ {where}.mode")
+        for name in ("max_message_chars", "max_result_chars"):
+            if getattr(c, name) < 200:
+                problems.append(f"{name} must be 200 or more @ {where}.{name}")
         for name in ("connect", "read"):
             if getattr(c.timeout, name) <= 0:
                 problems.append(f"timeout.{name} must be positive (seconds) @ {where}.timeout.{name}")
@@ -215,7 +232,13 @@ class HttpSummarizer:
         return key
 
     def build_call(self, request: SummaryRequest) -> HttpCall:
-        prompt = build_prompt(request, self.template, max_message_chars=self.config.max_message_chars)
+        prompt = build_prompt(
+            request,
+            self.template,
+            max_message_chars=self.config.max_message_chars,
+            max_result_chars=self.config.max_result_chars,
+            delta=self.config.mode == "delta",
+        )
         body = {**self.build_body(prompt), **self.config.extra_body}
         headers = {
             "content-type": "application/json",
@@ -243,7 +266,13 @@ class HttpSummarizer:
                 f"reply larger than the text it replaces: about {size} tokens for {budget} tokens of "
                 "messages and previous summary"
             )
-        return SummaryResult(text=text, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, model=reply.model)
+        return SummaryResult(
+            text=text,
+            tokens_in=reply.tokens_in,
+            tokens_out=reply.tokens_out,
+            model=reply.model,
+            delta=self.config.mode == "delta",
+        )
 
     def _exchange(self, request: SummaryRequest) -> Any:
         return exchange(

@@ -17,9 +17,10 @@ summarizer calls and their tokens; whether the view overflowed the window (view 
 
 Summarizer tokens. A provider-backed summarizer reports its tokens in the record; the offline
 extractive summarizer reports none. So that any summarizer can be priced, the replay also
-*estimates* them with the compactor's own token estimator: tokens in = the request's messages
-plus the previous summary (what an LLM summarizer must read; its fixed instruction prompt is not
-counted), tokens out = the summary text. Reported tokens win when the provider gave them.
+*estimates* them with the compactor's own token estimator: tokens in = the whole prompt the HTTP
+summarizers send for the request (instructions, previous summary, facts, the new messages, each
+cut as the prompt cuts them), tokens out = the summary text. Reported tokens win when the
+provider gave them.
 
 Billed cost (:mod:`progressive_compactor.pricing`): the output tokens of a call are the
 estimated tokens of the recorded assistant message that follows the view.
@@ -36,6 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from ..hookspecs import hookimpl
+from ..http.prompt import build_prompt
 from ..messages import message_from_dict, messages_from_dicts, view_problems
 from ..models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
 from ..pricing import Cost, PriceTable, call_cost
@@ -155,10 +157,8 @@ class SummarizerMeter:
         finally:
             self.seconds += time.perf_counter() - started
             self.calls += 1
-        tokens_in = sum(self.estimate(request.messages)) if request.messages else 0
-        if request.previous_summary:
-            tokens_in += self.estimate([Message(role="user", content=request.previous_summary)])[0]
-        self.tokens_in += tokens_in
+        prompt = build_prompt(request, delta=isinstance(result, SummaryResult) and result.delta)
+        self.tokens_in += self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
         if isinstance(result, SummaryResult) and result.text:
             self.tokens_out += self.estimate([Message(role="assistant", content=result.text)])[0]
         return result

@@ -1,0 +1,149 @@
+"""``policy-cost``: compact when it pays for itself, inside the window's safety thresholds.
+
+A view that stays large is re-read on every call, cached or not. Compacting costs a summary
+(its input and output) and one full-price re-read of the new, smaller view (the prompt cache
+breaks). With a view growing by ``g`` tokens a turn, compacting whenever it has grown by ``D``
+tokens over what a compaction leaves (``L``: the compaction message, the kept head and the tail)
+costs, per turn, on average::
+
+    (L + D/2) × p_cached                      re-reading the view
+    + g × p_summary_in                         every token is summarized once
+    + g × (S × p_summary_out + L × (p_in − p_cached)) / D    one summary and one cache break per D/g turns
+
+The first term grows with ``D``, the last shrinks: the cheapest ``D`` is
+``sqrt(2 g (S p_summary_out + L (p_in − p_cached)) / p_cached)``. With the default prices
+($3 input, $0.30 cached, $15 output per million) and what the corpus shows (``g`` ≈ 550 tokens a
+turn, a summary written as a delta of ``S`` ≈ 400 tokens, ``L`` ≈ 2,500 to 6,000) that is about
+7,000 to 11,000 tokens: compacting at 10,000 to 17,000 tokens costs less than waiting for 70 % of
+a 128k window. Without a prompt cache (``cached_input`` equal
+to ``input``) the break costs nothing and ``D`` comes out smaller still. The growth ``g`` is
+measured per session (an average of what each turn added), starting from ``growth_tokens``.
+
+The thresholds stay the safety limits: at ``soft``, ``full`` and ``emergency`` of the window the
+tier is Soft, Full and Emergency whatever the arithmetic says; Warn offloads from ``warn`` on.
+Below them, the cost trigger asks for Soft (see ``docs/cost.md`` for the arithmetic).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import attrs
+
+from progressive_compactor.plugin import (
+    CompactionTier,
+    ConfigError,
+    PluginContext,
+    TurnContext,
+    hookimpl,
+    setting_check,
+)
+
+TIERS = ("warn", "soft", "full", "emergency")
+
+
+@attrs.frozen
+class Cycle:
+    """What the cost model decided for one view: where compacting starts to pay, and why."""
+
+    growth: float
+    landing: float
+    interval: float
+    trigger: float
+
+
+class CostPolicy:
+    @attrs.frozen
+    class Config:
+        warn: float = 0.60
+        soft: float = 0.70
+        full: float = 0.80
+        emergency: float = 0.95
+        growth_tokens: int = attrs.field(
+            default=550, validator=setting_check(lambda v: v > 0, "growth_tokens must be more than 0, got {value}")
+        )
+        """Tokens a turn adds to the view, assumed until the session shows its own."""
+        summary_tokens: int = attrs.field(
+            default=400, validator=setting_check(lambda v: v > 0, "summary_tokens must be more than 0, got {value}")
+        )
+        """Tokens a summarizer writes per compaction (the output it is billed for)."""
+        request_tokens: int = attrs.field(
+            default=600, validator=setting_check(lambda v: v >= 0, "request_tokens must be 0 or more, got {value}")
+        )
+        """Tokens of a summary request besides the messages it summarizes (instructions, facts)."""
+        keep_share: float = attrs.field(
+            default=0.05,
+            validator=setting_check(lambda v: 0 <= v < 1, "keep_share must be at least 0 and below 1, got {value}"),
+        )
+        """Share of the view a compaction keeps as recent text besides the tail (``tier-soft``'s
+        ``keep_share``); it raises the landing point ``L``."""
+        min_trigger_tokens: int = 4000
+        """Never compact for cost below this many tokens (a small view is cheap to re-read)."""
+
+    def __init__(self, config: Config | None = None, context: PluginContext | None = None):
+        self.config = c = config or self.Config()
+        self.context = context or PluginContext()
+        values = [getattr(c, name) for name in TIERS]
+        if any(v > 1 for v in values) or not 0 < c.warn <= c.soft <= c.full <= c.emergency:
+            raise ConfigError(
+                [
+                    "thresholds are shares of the window (0.70 for 70 %) and must satisfy "
+                    f"0 < warn <= soft <= full <= emergency <= 1, got {c.warn}/{c.soft}/{c.full}/{c.emergency} "
+                    "@ $.config.policy-cost"
+                ]
+            )
+        self._growth: dict[str, tuple[int, float]] = {}
+        """session -> (the last view's tokens, the average growth a turn)."""
+        self._lock = threading.Lock()
+
+    def cycle(self, tokens: int, turn: TurnContext) -> Cycle:
+        """Where compacting this session's view starts to pay (see the module docstring)."""
+        prices = self.context.config.pricing
+        c = self.config
+        growth = self._observe(turn.session_id, tokens)
+        per_message = tokens / max(turn.view_messages, 1)
+        tail = per_message * self.context.config.min_tail_messages
+        state = turn.state
+        summary = (len(state.summary or "") + sum(len(a.content) for a in state.anchors)) / 4 or c.summary_tokens
+        landing = summary + tail + c.keep_share * tokens
+        cached = max(prices.cached_input, 1e-9)
+        fresh = prices.cache_write if prices.cache_write is not None else prices.input
+        one_off = (
+            c.summary_tokens * prices.summarizer_output
+            + c.request_tokens * prices.summarizer_input
+            + landing * max(fresh - prices.cached_input, 0.0)
+        )
+        interval = math.sqrt(2 * growth * one_off / cached)
+        return Cycle(growth, landing, interval, max(landing + interval, c.min_trigger_tokens))
+
+    def _observe(self, session_id: str, tokens: int) -> float:
+        with self._lock:
+            last, growth = self._growth.get(session_id, (tokens, float(self.config.growth_tokens)))
+            if tokens > last:  # a compaction makes the view smaller: that is no growth
+                growth = 0.8 * growth + 0.2 * (tokens - last)
+            self._growth[session_id] = (tokens, growth)
+        return growth
+
+    @hookimpl(trylast=True)
+    def determine_tier(self, ratio: float, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier:
+        c = self.config
+        if context_window <= 0:
+            return CompactionTier.NONE
+        if ratio >= c.emergency:
+            return CompactionTier.EMERGENCY
+        if ratio >= c.full:
+            return CompactionTier.FULL
+        if ratio >= c.soft:
+            return CompactionTier.SOFT
+        # The cost trigger judges the view a turn starts with; after a compaction in the same
+        # turn (the loop guard asks again) only the thresholds above decide.
+        if tokens >= self.cycle(tokens, turn).trigger and tokens >= turn.view_tokens:
+            return CompactionTier.SOFT
+        if ratio >= c.warn:
+            return CompactionTier.WARN
+        return CompactionTier.NONE
+
+    @hookimpl(trylast=True)
+    def tier_thresholds(self) -> dict[str, float]:
+        return {name: getattr(self.config, name) for name in TIERS}

@@ -1,0 +1,171 @@
+"""The default config's pieces: the cost-aware policy, Soft's low-water mark, whole-head offloads,
+delta summaries and lean summary requests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from progressive_compactor import CompactionTier, SessionState, SummaryRequest, TierInput, TurnContext
+from progressive_compactor.http.prompt import build_prompt
+from progressive_compactor.models import Facts, Message
+from progressive_compactor.plugin_manager import PluginContext
+from progressive_compactor.plugins.policy_cost import CostPolicy
+from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
+from progressive_compactor.plugins.tier_soft import SoftTier
+from progressive_compactor.pricing import PriceTable
+from progressive_compactor.testing import build_history, estimate, problems, tool_turn
+from progressive_compactor.validation import load_config
+
+
+def turn(tokens: int, messages: int = 40, session: str = "s", state: SessionState | None = None) -> TurnContext:
+    return TurnContext(session, 128_000, tokens, messages, messages, state or SessionState())
+
+
+def policy(**prices) -> CostPolicy:
+    config = load_config("default", pricing=prices) if prices else load_config("default")
+    return CostPolicy(CostPolicy.Config(), PluginContext(config))
+
+
+def test_the_trigger_is_the_landing_plus_the_cheapest_interval():
+    cost = policy()
+    cycle = cost.cycle(20_000, turn(20_000))
+    p = PriceTable()
+    c = CostPolicy.Config()
+    tail = 20_000 / 40 * 6
+    landing = c.summary_tokens + tail + c.keep_share * 20_000
+    one_off = c.summary_tokens * p.summarizer_output + c.request_tokens * p.summarizer_input
+    one_off += landing * (p.input - p.cached_input)
+    assert cycle.landing == pytest.approx(landing)
+    assert cycle.interval == pytest.approx(math.sqrt(2 * c.growth_tokens * one_off / p.cached_input))
+    assert cycle.trigger == pytest.approx(landing + cycle.interval)
+    assert 6_000 < cycle.trigger < 20_000  # far below 70 % of a 128k window
+
+
+def test_a_large_window_compacts_when_it_pays_and_not_before():
+    cost = policy()
+    trigger = cost.cycle(12_000, turn(12_000)).trigger
+    low, high = int(trigger * 0.8), int(trigger * 1.2)
+    assert cost.determine_tier(low / 128_000, low, 128_000, turn(low, session="a")) is CompactionTier.NONE
+    assert cost.determine_tier(high / 128_000, high, 128_000, turn(high, session="b")) is CompactionTier.SOFT
+
+
+def test_without_a_prompt_cache_compacting_pays_sooner_and_dearer_prices_change_the_point():
+    cached = policy().cycle(12_000, turn(12_000)).trigger
+    uncached = policy(cached_input=3.0).cycle(12_000, turn(12_000)).trigger
+    pricey_summaries = policy(summarizer_output=75.0).cycle(12_000, turn(12_000)).trigger
+    assert uncached < cached < pricey_summaries
+
+
+def test_the_growth_of_a_session_moves_its_trigger():
+    cost = policy()
+    for tokens in range(2_000, 8_000, 100):  # a slow session: 100 tokens a turn
+        cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens, session="slow"))
+    for tokens in range(2_000, 8_000, 2_000):  # a fast one: 2,000 a turn
+        cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens, session="fast"))
+    slow = cost.cycle(8_000, turn(8_000, session="slow"))
+    fast = cost.cycle(8_000, turn(8_000, session="fast"))
+    assert slow.growth < 300 < fast.growth and slow.trigger < fast.trigger
+
+
+@pytest.mark.parametrize(
+    ("ratio", "tier"),
+    [
+        (0.61, CompactionTier.WARN),
+        (0.71, CompactionTier.SOFT),
+        (0.81, CompactionTier.FULL),
+        (0.96, CompactionTier.EMERGENCY),
+    ],
+)
+def test_the_thresholds_stay_the_safety_limits(ratio, tier):
+    window = 4_000  # a view too small for the cost trigger: only the thresholds decide
+    tokens = int(ratio * window)
+    assert policy().determine_tier(ratio, tokens, window, turn(tokens)) is tier
+
+
+def test_after_a_compaction_only_the_thresholds_decide():
+    """The loop guard asks again after a Soft compaction: a view still over the cost trigger but
+    below the thresholds must not escalate to Full and Emergency."""
+    cost = policy()
+    before = 30_000
+    trigger = cost.cycle(before, turn(before)).trigger
+    after = int(trigger) + 1_000
+    assert cost.determine_tier(after / 128_000, after, 128_000, turn(before)) is CompactionTier.NONE
+
+
+def test_soft_keeps_the_newest_head_messages_within_its_share():
+    head = tuple(Message(role="user", content=f"m{i}") for i in range(10))
+    counts = (1_000,) * 10
+    tier_input = TierInput(CompactionTier.SOFT, head, (), 20_000, 128_000, counts, ())
+    assert SoftTier(SoftTier.Config(keep_share=0.15)).count(tier_input) == 7  # keeps 3 x 1,000 of 3,000
+    assert SoftTier().count(tier_input) == 5  # classic: the oldest half
+
+
+def test_the_default_compacts_a_long_session_at_a_large_window_and_soft_leaves_part_of_the_head(make_compactor):
+    history = build_history([5000] * 25)  # about 32k tokens: 25 % of a 128k window
+    compactor = make_compactor("default", context_window=128_000)
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.SOFT and record.summarizer_calls == 1
+    assert problems(view) == [] and estimate(view) < estimate(history) / 3
+    head = len(history) - 1 - 6
+    assert 0 < record.summarized < head  # part of the head, not all of it
+    # offload_head: every large result left in the head is a placeholder now, so the next turns
+    # do not break the prompt cache again
+    kept_head = view[2 : 2 + head - record.summarized]
+    assert all(m["content"].startswith("[Tool result offloaded") for m in kept_head if m["role"] == "tool")
+    history += tool_turn("next", 3000)
+    again = compactor.compact_with_record(history)[1]
+    assert again.tier is CompactionTier.NONE
+
+
+# --- delta summaries and lean requests --------------------------------------------------------
+
+
+def request(previous_anchors=(), previous_summary=None, messages=None) -> SummaryRequest:
+    return SummaryRequest(
+        messages=tuple(messages or [Message(role="tool", tool_call_id="c1", content="x" * 9000)]),
+        previous_summary=previous_summary,
+        previous_anchors=previous_anchors,
+        facts=Facts(user_request="Fix the parser in src/p.py", files_edited=("src/p.py",)),
+        session_id="s",
+        tier=CompactionTier.SOFT,
+        max_summary_tokens=1000,
+        replaced_tokens=2500,
+    )
+
+
+def test_a_delta_summary_is_merged_into_the_previous_one(make_compactor):
+    history = build_history([3000] * 40)
+    compactor = make_compactor("default", context_window=128_000)
+    compactor.compact_with_record(history)
+    first = compactor.state()
+    for i in range(30):  # turn by turn, as an agent loop goes, until the next summary
+        history += tool_turn(f"more_{i}", 3000, command=f"sed -i s/a/b/ src/file_{i}.py")
+        record = compactor.compact_with_record(history)[1]
+        if record.summarizer_calls:
+            break
+    second = compactor.state()
+    assert record.summarizer_calls == 1 and record.errors == ()  # no "anchor parsing incomplete" for a delta
+    assert second.summary.startswith(first.summary[:200])  # the prose grew, the first paragraph stayed
+    assert "src/file_0.py" in second.anchors[1].content and "file_call_30.py" in second.anchors[1].content
+
+
+def test_the_extractive_delta_writes_only_what_is_new():
+    previous = ExtractiveSummarizer().summarize(request()).text
+    from progressive_compactor.anchors import parse_markdown
+
+    anchors = parse_markdown(previous).anchors
+    delta = ExtractiveSummarizer(ExtractiveSummarizer.Config(delta=True)).summarize(request(previous_anchors=anchors))
+    assert delta.delta and "Fix the parser" not in delta.text  # the request is in the summary already
+    assert len(delta.text) < len(previous)
+
+
+def test_a_lean_request_cuts_results_and_sends_the_previous_summary_once():
+    big = request(previous_summary="Earlier work. " * 50)
+    prompt = build_prompt(big)
+    assert prompt.user.count("Earlier work.") == 50
+    assert len(prompt.user) < 9000 / 2  # the 9,000-character result is cut
+    assert prompt.user.count("Fix the parser in src/p.py") == 1
+    delta = build_prompt(big, delta=True)
+    assert "Earlier work." not in delta.user and "only what the new messages add" in delta.system
