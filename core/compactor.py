@@ -262,6 +262,7 @@ class ProgressiveCompactor:
             work.summarizer_calls += earlier.summarizer_calls
             work.tokens_in += earlier.tokens_in
             work.tokens_out += earlier.tokens_out
+            work.tokens_in_cached += earlier.tokens_in_cached
         cache = self._caches[sid]
         stable = cache.stable_prefix_tokens(out, after)
         record = self._record(work, tier, requested, started, before, after, msgs_before, len(out), repairs, stable)
@@ -300,6 +301,8 @@ class ProgressiveCompactor:
             )
         work.uncovered = cache.uncovered + recent.messages
         work.counts = cache.uncovered_counts + recent.counts
+        if self.config.summary_requests == "cache-friendly":
+            work.sent = cache.head() + work.uncovered
         tier = yield from self._tiers.run(cache, work, requested, tokens_before)
         if work.state is state and not work.rewritten and work.fallback_view is None:  # nothing to do at this tier
             return (
@@ -374,6 +377,7 @@ class ProgressiveCompactor:
             cache_stable_prefix_tokens=stable_tokens,
             summarizer_tokens_in=work.tokens_in,
             summarizer_tokens_out=work.tokens_out,
+            summarizer_tokens_in_cached=work.tokens_in_cached,
             summarizer_calls=work.summarizer_calls,
             context_window=self.config.context_window,
         )

@@ -123,12 +123,17 @@ class CompactorConfig:
     enter the history."""
     fallback_budget: float = 0.5
     """Emergency truncation keeps the view under this share of the context window."""
-    max_summary_tokens: int = 4000
+    max_summary_tokens: int = 2000
     summary_share: float = 0.1
     """The summary (the user's request aside) stays under this share of the window, and under
     ``max_summary_tokens``: a summary that fills the window makes every compaction come sooner."""
     intent_max_chars: int = 8000
     """The user's original request is kept verbatim in the summary up to this many characters."""
+    summary_requests: str = "lean"
+    """How a summarizer that calls a provider asks: ``lean`` sends only what the summary needs
+    (the new messages cut short, the facts, the previous summary once); ``cache-friendly``
+    repeats the view the provider has just cached and asks for the summary after it, so most of
+    the request is billed at the cached price. Replays bill summaries the same way."""
     data_dir: str | None = None
     """Where plugins keep files (``{data_dir}`` in their settings). Default: the environment
     variable ``COMPACTOR_DATA_DIR``, else a per-user data folder (``~/.local/share/...``)."""

@@ -155,6 +155,10 @@ class SummaryRequest:
     """The summary should stay below this; a longer one is rejected by the loop guard."""
     replaced_tokens: int
     """Estimated tokens of ``messages``; a summary must be smaller than what it replaces."""
+    view: tuple[Message, ...] = ()
+    """With ``summary_requests: cache-friendly``: the view this turn would send without
+    compacting (all but its newest messages is what the provider cached on the previous call),
+    for a request that repeats it and asks for the summary after it. Empty otherwise."""
 
 
 @attrs.frozen
@@ -164,6 +168,8 @@ class SummaryResult:
     """Input tokens the provider reported (None when offline or not reported)."""
     tokens_out: int | None = None
     model: str | None = None
+    tokens_in_cached: int | None = None
+    """Of ``tokens_in``, those the provider read from its prompt cache."""
     delta: bool = False
     """The text holds only what the new messages add (their anchors, a paragraph of prose); the
     core merges it into the previous summary. A whole summary (False) replaces the prose."""
@@ -303,5 +309,7 @@ class CompactionRecord:
     cache_stable_prefix_tokens: int = 0
     summarizer_tokens_in: int = 0
     summarizer_tokens_out: int = 0
+    summarizer_tokens_in_cached: int = 0
+    """Of ``summarizer_tokens_in``, those the provider read from its prompt cache."""
     summarizer_calls: int = 0
     context_window: int = 0

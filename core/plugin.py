@@ -42,12 +42,14 @@ from .facts import bound_text, extract_facts, first_user_request
 from .hookspecs import hookimpl
 from .messages import (
     char_count,
+    from_anthropic,
     group_start,
     is_split_point,
     message_from_dict,
     message_to_dict,
     replace_content,
     text_of,
+    to_anthropic,
 )
 from .models import (
     NOT_AVAILABLE,
@@ -123,6 +125,7 @@ __all__ = [
     "facts_as_anchors",
     "first_user_request",
     "format_summary",
+    "from_anthropic",
     "group_start",
     "hookimpl",
     "is_split_point",
@@ -144,5 +147,6 @@ __all__ = [
     "state_from_json",
     "state_to_json",
     "text_of",
+    "to_anthropic",
     "write_private",
 ]

@@ -7,11 +7,14 @@ full price. Every LLM call is billed as::
     (view_tokens - cached_tokens) × input
     + cached_tokens × cached_input
     + output_tokens × output
-    + summarizer_tokens_in × summarizer_input
+    + (summarizer_tokens_in - summarizer_tokens_in_cached) × summarizer_input
+    + summarizer_tokens_in_cached × summarizer_cached_input
     + summarizer_tokens_out × summarizer_output
 
 all prices in US dollars per million tokens. ``cached_tokens`` is the view's prefix that equals
-the previous call's view (what a provider's prompt cache would serve). Cache writes are billed as
+the previous call's view (what a provider's prompt cache would serve); a cache-friendly summary
+request reads the same prefix (``summarizer_tokens_in_cached``), billed at
+``summarizer_cached_input`` (by default ``cached_input``: the same model's cache). Cache writes are billed as
 plain input (OpenAI's rule; Anthropic bills them at 1.25 × input, set ``cache_write`` for that).
 
 Defaults (``DEFAULT_PRICES``): input 3.00, cached input 0.30, output 15.00, and the summarizer
@@ -47,6 +50,8 @@ class PriceTable:
     output: float = attrs.field(default=15.00, validator=_not_negative)
     summarizer_input: float = attrs.field(default=3.00, validator=_not_negative)
     summarizer_output: float = attrs.field(default=15.00, validator=_not_negative)
+    summarizer_cached_input: float | None = attrs.field(default=None, validator=_not_negative)
+    """A summary request's input read from the prompt cache (None: ``cached_input``)."""
     cache_write: float | None = attrs.field(default=None, validator=_not_negative)
     """Price of the uncached part of a view when it differs from ``input`` (Anthropic: 1.25 ×)."""
 
@@ -84,22 +89,38 @@ def call_cost(
     output_tokens: int = 0,
     summarizer_tokens_in: int = 0,
     summarizer_tokens_out: int = 0,
+    summarizer_tokens_in_cached: int = 0,
 ) -> Cost:
     """The cost of one LLM call as the module docstring gives it.
 
     ``cached_tokens`` larger than ``view_tokens`` is clamped (it cannot be cached beyond what is
     sent); negative counts are an error in the caller and raise ``ValueError``.
     """
-    counts = (view_tokens, cached_tokens, output_tokens, summarizer_tokens_in, summarizer_tokens_out)
+    counts = (
+        view_tokens,
+        cached_tokens,
+        output_tokens,
+        summarizer_tokens_in,
+        summarizer_tokens_out,
+        summarizer_tokens_in_cached,
+    )
     if min(counts) < 0:
         raise ValueError(f"token counts must not be negative: {counts}")
     cached = min(cached_tokens, view_tokens)
     fresh_price = prices.input if prices.cache_write is None else prices.cache_write
+    summary_cached = min(summarizer_tokens_in_cached, summarizer_tokens_in)
+    summary_cached_price = (
+        prices.cached_input if prices.summarizer_cached_input is None else prices.summarizer_cached_input
+    )
     return Cost(
         input=(view_tokens - cached) * fresh_price / PER,
         cached_input=cached * prices.cached_input / PER,
         output=output_tokens * prices.output / PER,
-        summarizer=(summarizer_tokens_in * prices.summarizer_input + summarizer_tokens_out * prices.summarizer_output)
+        summarizer=(
+            (summarizer_tokens_in - summary_cached) * prices.summarizer_input
+            + summary_cached * summary_cached_price
+            + summarizer_tokens_out * prices.summarizer_output
+        )
         / PER,
     )
 

@@ -84,6 +84,9 @@ class TurnWork:
     summarizer_calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_in_cached: int = 0
+    sent: list[Message] = attrs.Factory(list)
+    """The view the previous call sent (only kept for cache-friendly summary requests)."""
     fallback_view: list[Message] | None = None
     preserved: int = 0
     """Messages after the compaction message kept as original text."""
@@ -182,6 +185,7 @@ class TierRunner:
             tier=tier,
             max_summary_tokens=self.summary_budget,
             replaced_tokens=replaced,
+            view=tuple(work.sent),
         )
         work.summarizer_calls += 1
         answer = yield request
@@ -190,6 +194,7 @@ class TierRunner:
         result = answer.result
         work.tokens_in += result.tokens_in or 0
         work.tokens_out += result.tokens_out or 0
+        work.tokens_in_cached += result.tokens_in_cached or 0
         parsed = self.hooks.parse_anchors(result.text) or anchor_fns.parse_markdown(result.text)
         if parsed.missing and not result.delta:  # a delta leaves out what the new messages do not change
             work.errors.append(

@@ -70,6 +70,10 @@ def core_problems(config: CompactorConfig) -> list[str]:
             problems.append(f"{name} must be more than 0, got {value} ({meaning}) @ $.{name}")
     if config.min_tail_messages < 0:
         problems.append(f"min_tail_messages must be 0 or more, got {config.min_tail_messages} @ $.min_tail_messages")
+    if config.summary_requests not in ("lean", "cache-friendly"):
+        problems.append(
+            f"summary_requests must be lean or cache-friendly, got {config.summary_requests!r} @ $.summary_requests"
+        )
     for name in ("summary_share", "fallback_budget"):
         value = getattr(config, name)
         if not 0 < value <= 1 or math.isnan(value):

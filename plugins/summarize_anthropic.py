@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
-from progressive_compactor.plugin import SummarizerError
+from progressive_compactor.plugin import SummarizerError, to_anthropic
 
 
 class AnthropicSummarizer(HttpSummarizer):
@@ -34,13 +34,23 @@ class AnthropicSummarizer(HttpSummarizer):
             headers["x-api-key"] = api_key
         return headers
 
-    def build_body(self, prompt: Prompt) -> dict[str, Any]:
+    def build_body(self, prompt: Prompt, conversation: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        system: str | None = prompt.system
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt.user}]
+        if conversation is not None:  # the agent's view as it sent it, then the instruction
+            system, messages = to_anthropic(conversation)
+            instruction = {"type": "text", "text": prompt.user}
+            if messages and messages[-1]["role"] == "user":
+                messages[-1]["content"].append(instruction)
+            else:
+                messages.append({"role": "user", "content": [instruction]})
         body: dict[str, Any] = {
             "model": self.config.model,
-            "system": prompt.system,
-            "messages": [{"role": "user", "content": prompt.user}],
+            "messages": messages,
             "max_tokens": self.config.max_output_tokens,
         }
+        if system:
+            body["system"] = system
         if self.config.temperature is not None:
             body["temperature"] = self.config.temperature
         return body
@@ -72,4 +82,5 @@ class AnthropicSummarizer(HttpSummarizer):
             tokens_in=tokens_in,
             tokens_out=as_int(usage.get("output_tokens")),
             model=model if isinstance(model, str) else None,
+            tokens_in_cached=as_int(usage.get("cache_read_input_tokens")),
         )

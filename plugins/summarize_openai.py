@@ -33,13 +33,13 @@ class OpenAISummarizer(HttpSummarizer):
     def build_headers(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def build_body(self, prompt: Prompt) -> dict[str, Any]:
+    def build_body(self, prompt: Prompt, conversation: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
+        if conversation is not None:  # the agent's view as it sent it, then the instruction
+            messages = [*conversation, {"role": "user", "content": prompt.user}]
         body: dict[str, Any] = {
             "model": self.config.model,
-            "messages": [
-                {"role": "system", "content": prompt.system},
-                {"role": "user", "content": prompt.user},
-            ],
+            "messages": messages,
             self.config.max_tokens_field: self.config.max_output_tokens,
             "stream": False,
         }
@@ -66,4 +66,5 @@ class OpenAISummarizer(HttpSummarizer):
             tokens_in=as_int(usage.get("prompt_tokens")),
             tokens_out=as_int(usage.get("completion_tokens")),
             model=model if isinstance(model, str) else None,
+            tokens_in_cached=as_int(dig(data, "usage", "prompt_tokens_details", "cached_tokens")),
         )

@@ -12,12 +12,15 @@ Each request takes the next queued :class:`Behaviour`, or ``fake.default`` when 
 empty. A successful reply is a summary in the anchors format that quotes every
 ``SESSION-MARKER-...`` string found in the request, so concurrent sessions can check that each got
 its own answer. Every request is recorded (path, headers, JSON body, client port, arrival time,
-the usage reported back).
+the usage reported back). Like a provider's prompt cache, the server remembers the messages of
+the requests it answered and reports the longest prefix of messages it has seen before (from
+``cache_min_tokens`` on) as cached input tokens.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import select
@@ -71,6 +74,8 @@ class Recorded:
     behaviour: Behaviour
     usage: tuple[int, int] | None = None
     """(input, output) tokens reported back, for a successful reply."""
+    cached: int = 0
+    """Of the input tokens, those reported as read from the prompt cache."""
     markers: list[str] = field(default_factory=list)
 
 
@@ -163,6 +168,7 @@ class _Handler(BaseHTTPRequestHandler):
             text = summary_text(record.markers, " " + "lorem ipsum " * (b.size // 12))
         tokens_in, tokens_out = len(record.raw) // 4, len(text) // 4
         record.usage = (tokens_in, tokens_out)
+        record.cached = self.server.fake._cached_tokens(record.body, tokens_in)
         model = (record.body or {}).get("model", "fake-model") if isinstance(record.body, dict) else "fake-model"
         if anthropic:
             payload = {
@@ -172,7 +178,11 @@ class _Handler(BaseHTTPRequestHandler):
                 "model": model,
                 "content": [{"type": "text", "text": text}] if text else [],
                 "stop_reason": "max_tokens" if b.kind == "length" else "end_turn",
-                "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
+                "usage": {
+                    "input_tokens": tokens_in - record.cached,
+                    "cache_read_input_tokens": record.cached,
+                    "output_tokens": tokens_out,
+                },
             }
         else:
             payload = {
@@ -190,6 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "prompt_tokens": tokens_in,
                     "completion_tokens": tokens_out,
                     "total_tokens": tokens_in + tokens_out,
+                    "prompt_tokens_details": {"cached_tokens": record.cached},
                 },
             }
         self._send(200, payload)
@@ -230,6 +241,9 @@ class FakeProvider:
         self._stop = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self.cache_min_tokens = 1024
+        """A prefix shorter than this is not cached (as OpenAI's and Anthropic's caches)."""
+        self._prefixes: set[str] = set()
 
     @property
     def port(self) -> int:
@@ -251,6 +265,23 @@ class FakeProvider:
             self.requests.clear()
             self.default = Behaviour()
             self.peak_in_flight = 0
+            self._prefixes.clear()
+
+    def _cached_tokens(self, body: Any, tokens_in: int) -> int:
+        """Tokens of the longest prefix of ``body``'s messages (the system field first) that an
+        earlier request sent, then remember this request's prefixes."""
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return 0
+        parts = [json.dumps(body.get("system"))] + [json.dumps(m, sort_keys=True) for m in body["messages"]]
+        chain, digests = hashlib.sha256(), []
+        for part in parts:  # digests[n] identifies parts[: n + 1]
+            chain.update(part.encode() + b"\0")
+            digests.append(chain.hexdigest())
+        with self._lock:
+            seen = max((n + 1 for n, d in enumerate(digests) if d in self._prefixes), default=0)
+            self._prefixes.update(digests)
+        tokens = sum(len(p) for p in parts[:seen]) // 4
+        return min(tokens, tokens_in) if tokens >= self.cache_min_tokens else 0
 
     def _next(self) -> Behaviour:
         with self._lock:

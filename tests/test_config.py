@@ -70,6 +70,7 @@ def test_the_default_config_matches_the_code_defaults():
         ({"plugins": {"stores": ["store-jsonl", 3]}}, "@ $.plugins.stores[1]"),
         ({"context_window": 0}, ("context_window must be more than 0, got 0 (", "@ $.context_window")),
         ({"min_tail_messages": -1}, "@ $.min_tail_messages"),
+        ({"summary_requests": "cached"}, "summary_requests must be lean or cache-friendly, got 'cached'"),
         (
             {"fallback_budget": 1.5},
             ("fallback_budget is a share of the window, more than 0 and at most 1, got 1.5", "@ $.fallback_budget"),
@@ -127,6 +128,7 @@ def test_the_default_config_matches_the_code_defaults():
         "int-in-list",
         "zero-window",
         "negative-tail",
+        "unknown-summary-requests",
         "budget-over-one",
         "budget-in-percent",
         "zero-summary-share",

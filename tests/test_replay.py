@@ -185,3 +185,25 @@ def test_a_replay_with_another_store_uses_the_built_in_one(tmp_path):
     isolated = isolated_config(own, tmp_path)
     assert isolated.plugins.stores == ("store-jsonl",) and isolated.plugins.offload == "none"
     assert isolated.plugin_block("store-jsonl") == {"directory": "{data_dir}/records"}
+
+
+def test_cache_friendly_summaries_are_billed_with_the_cached_view(make_compactor):
+    """A cache-friendly summary request repeats the view: more input, most of it at the cached
+    price (the previous call's view); a lean request has none cached."""
+    messages = session()
+    lean = replay_session(messages, make_compactor(context_window=8000), "s", probes=False)
+    friendly = replay_session(
+        messages, make_compactor(context_window=8000, summary_requests="cache-friendly"), "s", probes=False
+    )
+    assert [t.tier for t in friendly.turns] == [t.tier for t in lean.turns]
+    assert all(t.summarizer_tokens_in_cached == 0 for t in lean.turns)
+    calls = [t for t in friendly.turns if t.summarizer_calls]
+    assert calls
+    for turn in calls:
+        previous = next(t for t in reversed(friendly.turns) if t.index < turn.index)
+        assert 0 < turn.summarizer_tokens_in_cached <= previous.view_tokens
+        assert turn.summarizer_tokens_in_cached < turn.summarizer_tokens_in
+        assert turn.cost is not None
+        prices = make_compactor().config.pricing
+        full_price = turn.summarizer_tokens_in * prices.summarizer_input / 1e6
+        assert turn.cost.summarizer < full_price + turn.summarizer_tokens_out * prices.summarizer_output / 1e6

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from fake_provider import (
@@ -34,7 +35,7 @@ from progressive_compactor.http.retry import (
     exchange,
     parse_retry_after,
 )
-from progressive_compactor.messages import message_from_dict, view_problems
+from progressive_compactor.messages import message_from_dict, to_anthropic, view_problems
 from progressive_compactor.models import AnchorType, CompactionRecord, Facts, Message, SummaryRequest
 from progressive_compactor.plugins.summarize_anthropic import AnthropicSummarizer
 from progressive_compactor.plugins.summarize_openai import OpenAISummarizer
@@ -163,6 +164,57 @@ def test_anthropic_request_shape(fake, tmp_path, monkeypatch):
     assert "## User Intent" in body["system"]
     assert [m["role"] for m in body["messages"]] == ["user"]
     assert "SESSION-MARKER-a" in body["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cache_friendly_request_repeats_the_agents_view_and_reads_the_cache(fake, tmp_path, protocol):
+    """The agent sends its view to the provider; the next turn's summary request starts with
+    that same view, so the provider serves it from its prompt cache, and the record says so."""
+    fake.cache_min_tokens = 200
+    settings = compactor_settings(fake.base_url, protocol, tmp_path, model="m")
+    compactor = ProgressiveCompactor("classic", summary_requests="cache-friendly", **settings)
+    history = synthetic_history("SESSION-MARKER-c", 12)
+    view, first = compactor.compact_with_record(history, "s")
+    assert first.tier is CompactionTier.NONE
+    if protocol == "openai":  # the agent's own call
+        agent_body: dict[str, Any] = {"model": "m", "messages": view}
+    else:
+        system, messages = to_anthropic(view)
+        agent_body = {"model": "m", "system": system, "messages": messages, "max_tokens": 100}
+    httpx.post(fake.base_url + PATHS[protocol].removeprefix("/v1"), json=agent_body).raise_for_status()
+    for i in range(100, 106):
+        arguments = json.dumps({"command": f"make step{i}"})
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+        history.append({"role": "assistant", "content": f"Round {i}.", "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} done\n" * 25})
+    _, record = compactor.compact_with_record(history, "s")
+    compactor.close()
+
+    assert record.tier >= CompactionTier.SOFT and record.errors == () and record.summarizer_calls == 1
+    sent = fake.requests[-1]
+    body_messages = sent.body["messages"]
+    if protocol == "openai":
+        assert body_messages[: len(view)] == view  # the view first, as the agent sent it
+        assert len(body_messages) == len(history) + 1
+    else:
+        assert sent.body["system"] == agent_body["system"]
+        assert body_messages[: len(agent_body["messages"]) - 1] == agent_body["messages"][:-1]
+    instruction = body_messages[-1]
+    assert instruction["role"] == "user"
+    text = json.dumps(instruction["content"])
+    assert "oldest messages of the conversation above" in text and "## Tried Solutions" in text
+    assert sent.cached > 0 and sent.usage is not None
+    assert record.summarizer_tokens_in_cached == sent.cached
+    assert record.summarizer_tokens_in == sent.usage[0]  # cached tokens are input too
+
+
+def test_lean_requests_do_not_send_the_view(fake, tmp_path):
+    settings = compactor_settings(fake.base_url, "openai", tmp_path)
+    compactor = ProgressiveCompactor("classic", **settings)
+    assert compactor.config.summary_requests == "lean"
+    compactor.compact_with_record(synthetic_history("SESSION-MARKER-l", FULL_ROUNDS), "s")
+    compactor.close()
+    assert [m["role"] for m in fake.requests[0].body["messages"]] == ["system", "user"]
 
 
 # --- faults -----------------------------------------------------------------------------------

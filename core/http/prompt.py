@@ -283,6 +283,24 @@ def render_messages(messages: Sequence[Message], max_chars: int, max_result_char
     return "\n\n".join(render_message(i, m, max_chars, max_result_chars) for i, m in enumerate(messages, 1))
 
 
+def _values(request: SummaryRequest, delta: bool, *, messages: str) -> dict[str, str]:
+    """What a template's placeholders stand for (see :data:`PLACEHOLDERS`)."""
+    target = target_tokens(request)
+    previous = render_previous(request.previous_summary, request.previous_anchors)
+    known = (request.facts.user_request or "") if delta else previous
+    return {
+        "session_id": request.session_id,
+        "tier": request.tier.label,
+        "target_tokens": str(target),
+        "target_words": str(target * 3 // 4),
+        "previous_summary": previous,
+        "facts": render_facts(request.facts, known),
+        "user_request": request.facts.user_request or "N/A",
+        "message_count": str(len(request.messages)),
+        "messages": messages,
+    }
+
+
 MAX_MESSAGE_CHARS = 1200
 MAX_RESULT_CHARS = 600
 """A summary request is lean: each message is cut to this many characters (head and tail kept),
@@ -304,21 +322,25 @@ def build_prompt(
     one): the previous summary is not sent, the user's request is, once."""
     if delta and template is DEFAULT_TEMPLATE:
         template = DELTA_TEMPLATE
-    target = target_tokens(request)
-    previous = render_previous(request.previous_summary, request.previous_anchors)
-    known = (request.facts.user_request or "") if delta else previous
-    values = {
-        "session_id": request.session_id,
-        "tier": request.tier.label,
-        "target_tokens": str(target),
-        "target_words": str(target * 3 // 4),
-        "previous_summary": previous,
-        "facts": render_facts(request.facts, known),
-        "user_request": request.facts.user_request or "N/A",
-        "message_count": str(len(request.messages)),
-        "messages": render_messages(request.messages, max_message_chars, max_result_chars),
-    }
+    values = _values(request, delta, messages=render_messages(request.messages, max_message_chars, max_result_chars))
     return Prompt(
         system=string.Template(template.system).substitute(values),
         user=string.Template(template.user).substitute(values),
     )
+
+
+def build_instruction(request: SummaryRequest, *, delta: bool = False) -> str:
+    """The closing message of a cache-friendly request: the conversation (``request.view``) goes
+    first, as the agent sent it, so the provider reads it from its prompt cache; this asks for
+    the summary of its oldest uncovered messages, with the facts and the format."""
+    template = DELTA_TEMPLATE if delta else DEFAULT_TEMPLATE
+    values = _values(request, delta, messages=CACHED_MESSAGES.format(count=len(request.messages)))
+    system = string.Template(template.system).substitute(values)
+    user = string.Template(template.user).substitute(values)
+    return f"{system}\n\n{user}"
+
+
+CACHED_MESSAGES = (
+    "(not repeated here: they are the {count} oldest messages of the conversation above, after "
+    "its system message and after the [Context Compaction] summary if it has one)"
+)

@@ -26,6 +26,7 @@ import attrs
 
 from ..errors import ConfigError, SummarizerError
 from ..hookspecs import hookimpl
+from ..messages import message_to_dict
 from ..models import SummaryRequest, SummaryResult
 from ..plugin_manager import PluginContext
 from ..redaction import SecretRegistry
@@ -34,6 +35,7 @@ from .prompt import (
     MAX_MESSAGE_CHARS,
     MAX_RESULT_CHARS,
     Prompt,
+    build_instruction,
     build_prompt,
     load_template,
     replaced_budget_tokens,
@@ -66,6 +68,8 @@ class Reply:
     tokens_in: int | None = None
     tokens_out: int | None = None
     model: str | None = None
+    tokens_in_cached: int | None = None
+    """Of ``tokens_in``, those the provider read from its prompt cache."""
 
 
 @attrs.frozen
@@ -212,7 +216,10 @@ class HttpSummarizer:
     def build_headers(self, api_key: str | None) -> dict[str, str]:
         raise NotImplementedError
 
-    def build_body(self, prompt: Prompt) -> dict[str, Any]:
+    def build_body(self, prompt: Prompt, conversation: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The JSON body: ``prompt`` as a system and a user message, or, for a cache-friendly
+        request, ``conversation`` (the agent's view, OpenAI chat dicts) followed by ``prompt``
+        as one closing user message."""
         raise NotImplementedError
 
     def read_reply(self, data: Any) -> Reply:
@@ -232,14 +239,20 @@ class HttpSummarizer:
         return key
 
     def build_call(self, request: SummaryRequest) -> HttpCall:
-        prompt = build_prompt(
-            request,
-            self.template,
-            max_message_chars=self.config.max_message_chars,
-            max_result_chars=self.config.max_result_chars,
-            delta=self.config.mode == "delta",
-        )
-        body = {**self.build_body(prompt), **self.config.extra_body}
+        delta = self.config.mode == "delta"
+        if request.view:  # cache-friendly: the view again, then the instruction
+            conversation = [message_to_dict(m) for m in request.view]
+            body = self.build_body(Prompt(system="", user=build_instruction(request, delta=delta)), conversation)
+        else:
+            prompt = build_prompt(
+                request,
+                self.template,
+                max_message_chars=self.config.max_message_chars,
+                max_result_chars=self.config.max_result_chars,
+                delta=delta,
+            )
+            body = self.build_body(prompt)
+        body = {**body, **self.config.extra_body}
         headers = {
             "content-type": "application/json",
             "accept": "application/json",
@@ -271,6 +284,7 @@ class HttpSummarizer:
             tokens_in=reply.tokens_in,
             tokens_out=reply.tokens_out,
             model=reply.model,
+            tokens_in_cached=reply.tokens_in_cached,
             delta=self.config.mode == "delta",
         )
 

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from ..hookspecs import hookimpl
-from ..http.prompt import build_prompt
+from ..http.prompt import build_instruction, build_prompt
 from ..messages import message_from_dict, messages_from_dicts, view_problems
 from ..models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
 from ..pricing import Cost, PriceTable, call_cost
@@ -92,6 +92,8 @@ class TurnMetrics:
     summarizer_seconds: float = 0.0
     valid: bool = True
     cost: Cost | None = None
+    summarizer_tokens_in_cached: int = 0
+    """Of ``summarizer_tokens_in``, those a provider's prompt cache would serve."""
 
 
 @attrs.frozen
@@ -141,6 +143,8 @@ class SummarizerMeter:
 
     def __init__(self, estimate: Callable[[Sequence[Message]], list[int]]):
         self.estimate = estimate
+        self.cached_prefix = 0
+        """Tokens of the view the previous call sent: what a provider's cache holds."""
         self.reset()
 
     def reset(self) -> None:
@@ -148,6 +152,7 @@ class SummarizerMeter:
         self.seconds = 0.0
         self.tokens_in = 0
         self.tokens_out = 0
+        self.tokens_in_cached = 0
 
     @hookimpl(wrapper=True)
     def summarize(self, request: SummaryRequest):  # type: ignore[no-untyped-def]
@@ -157,8 +162,15 @@ class SummarizerMeter:
         finally:
             self.seconds += time.perf_counter() - started
             self.calls += 1
-        prompt = build_prompt(request, delta=isinstance(result, SummaryResult) and result.delta)
-        self.tokens_in += self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
+        delta = isinstance(result, SummaryResult) and result.delta
+        if request.view:  # cache-friendly: the view again (mostly cached), then the instruction
+            view = sum(self.estimate(request.view))
+            instruction = self.estimate([Message(role="user", content=build_instruction(request, delta=delta))])[0]
+            self.tokens_in += view + instruction
+            self.tokens_in_cached += min(self.cached_prefix, view)
+        else:
+            prompt = build_prompt(request, delta=delta)
+            self.tokens_in += self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
         if isinstance(result, SummaryResult) and result.text:
             self.tokens_out += self.estimate([Message(role="assistant", content=result.text)])[0]
         return result
@@ -213,6 +225,7 @@ def replay_session(
         reported = record.summarizer_tokens_in or record.summarizer_tokens_out
         s_in = record.summarizer_tokens_in if reported else meter.tokens_in
         s_out = record.summarizer_tokens_out if reported else meter.tokens_out
+        s_cached = record.summarizer_tokens_in_cached if reported else meter.tokens_in_cached
         output = estimate([message_from_dict(data, i)])[0]
         view_tokens = record.tokens_after
         cached = min(record.cache_stable_prefix_tokens, view_tokens)
@@ -225,6 +238,7 @@ def replay_session(
             summarizer_calls=record.summarizer_calls,
             summarizer_tokens_in=s_in,
             summarizer_tokens_out=s_out,
+            summarizer_tokens_in_cached=s_cached,
             compactor_seconds=max(elapsed - meter.seconds, 0.0),
             record=record,
             output_tokens=output,
@@ -238,8 +252,10 @@ def replay_session(
                 output_tokens=output,
                 summarizer_tokens_in=s_in,
                 summarizer_tokens_out=s_out,
+                summarizer_tokens_in_cached=s_cached,
             ),
         )
+        meter.cached_prefix = view_tokens
         turns.append(turn)
         final_view, final_end = view, i
         if on_turn is not None:
