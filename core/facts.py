@@ -27,12 +27,21 @@ _READ_TOOLS = re.compile(r"read|view|open|cat|show", re.I)
 _WRITE_TOOLS = re.compile(r"write|create|new", re.I)
 _EDIT_TOOLS = re.compile(r"edit|replace|patch|insert|update|modify", re.I)
 _SKIP_TOOLS = re.compile(r"grep|glob|search|find|list|ls", re.I)
-_FAILURE = re.compile(
-    r"<returncode>\s*[1-9]\d*\s*</returncode>|\bExit code:? [1-9]\d*|\bexit status [1-9]|"
-    r"command not found|Traceback \(most recent call last\)|<tool_use_error>|"
-    r"^(?:Error|ERROR|error|fatal|FAILED)\b[:\s]|No such file or directory",
-    re.M,
+# What marks a failed tool result. Results run to megabytes and a regex alternation tries every
+# position, so plain substrings are looked for first and a pattern only runs where its literal is.
+_FAILURE_TEXTS = (
+    "command not found",
+    "Traceback (most recent call last)",
+    "<tool_use_error>",
+    "No such file or directory",
 )
+_FAILURE_PATTERNS = (
+    ("<returncode>", re.compile(r"<returncode>\s*[1-9]\d*\s*</returncode>")),
+    ("Exit code", re.compile(r"\bExit code:? [1-9]")),
+    ("exit status ", re.compile(r"\bexit status [1-9]")),
+)
+_FAILURE_LINE_WORDS = ("Error", "ERROR", "error", "fatal", "FAILED")
+_FAILURE_LINE = re.compile(r"^(?:Error|ERROR|error|fatal|FAILED)\b[:\s]", re.M)
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|failed|fatal|not found|No such file|denied|Traceback)", re.I)
 _NAMED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|\berror:|\bfatal:")
 _DECISION = re.compile(
@@ -92,27 +101,36 @@ def _clean_path(token: str) -> str | None:
     return token if _FILE_TOKEN.match(token) else None
 
 
+# (a literal the command must contain, the pattern that finds the file): the literal spares a
+# regex scan of the many commands that cannot match.
 _CREATE_PATTERNS = (
-    re.compile(r"\bcat\s*(?:<<-?\s*['\"]?\w+['\"]?\s*)?>\s*([^\s;&|>]+)"),
-    re.compile(r"\btouch\s+([^\s;&|]+)"),
+    ("cat", re.compile(r"\bcat\s*(?:<<-?\s*['\"]?\w+['\"]?\s*)?>\s*([^\s;&|>]+)")),
+    ("touch", re.compile(r"\btouch\s+([^\s;&|]+)")),
 )
 _EDIT_PATTERNS = (
-    re.compile(r"\bsed\s+-i\S*\s+(?:-e\s+)?(?:'[^']*'|\"[^\"]*\"|\S+)\s+([^\s;&|]+)"),
-    re.compile(r"(?<![0-9&])>>?\s*([^\s;&|>]+)"),
-    re.compile(r"\btee\s+(?:-a\s+)?([^\s;&|]+)"),
-    re.compile(r"open\(\s*['\"]([^'\"]+)['\"]\s*,\s*['\"][wa]"),
-    re.compile(r"\bpatch\s+(?:-p\d\s+)?([^\s;&|<]+)"),
+    ("sed", re.compile(r"\bsed\s+-i\S*\s+(?:-e\s+)?(?:'[^']*'|\"[^\"]*\"|\S+)\s+([^\s;&|]+)")),
+    (">", re.compile(r"(?<![0-9&])>>?\s*([^\s;&|>]+)")),
+    ("tee", re.compile(r"\btee\s+(?:-a\s+)?([^\s;&|]+)")),
+    ("open(", re.compile(r"open\(\s*['\"]([^'\"]+)['\"]\s*,\s*['\"][wa]")),
+    ("patch", re.compile(r"\bpatch\s+(?:-p\d\s+)?([^\s;&|<]+)")),
 )
 _READ_COMMANDS = {"cat", "head", "tail", "less", "more", "nl", "view", "open", "bat"}
+_SEGMENT_END = re.compile(r"&&|\|\||;|\||\n")
+
+
+def _paths(patterns: Sequence[tuple[str, re.Pattern[str]]], command: str) -> list[str]:
+    found = []
+    for literal, pattern in patterns:
+        if literal in command:
+            found += [p for p in (_clean_path(t) for t in pattern.findall(command)) if p]
+    return found
 
 
 def _files_in_command(command: str) -> tuple[list[str], list[str], list[str]]:
-    created, edited, read = [], [], []
-    for pattern in _CREATE_PATTERNS:
-        created += [p for p in (_clean_path(t) for t in pattern.findall(command)) if p]
-    for pattern in _EDIT_PATTERNS:
-        edited += [p for p in (_clean_path(t) for t in pattern.findall(command)) if p and p not in created]
-    for segment in re.split(r"&&|\|\||;|\||\n", command):
+    created = _paths(_CREATE_PATTERNS, command)
+    edited = [p for p in _paths(_EDIT_PATTERNS, command) if p not in created]
+    read: list[str] = []
+    for segment in _SEGMENT_END.split(command):
         words = segment.split()
         if not words or (words[0] not in _READ_COMMANDS and words[0] != "sed"):
             continue
@@ -149,7 +167,13 @@ def error_line(text: str) -> str:
 
 
 def is_failure(text: str) -> bool:
-    return bool(_FAILURE.search(text))
+    """Whether a tool result says its command failed: a non-zero exit code, a traceback, a
+    missing command or file, or a line that starts with ``Error``/``fatal``/``FAILED``."""
+    if any(literal in text for literal in _FAILURE_TEXTS):
+        return True
+    if any(literal in text and pattern.search(text) for literal, pattern in _FAILURE_PATTERNS):
+        return True
+    return any(text.startswith(w) or "\n" + w in text for w in _FAILURE_LINE_WORDS) and bool(_FAILURE_LINE.search(text))
 
 
 def describe_call(name: str, arguments: str) -> str:
@@ -200,10 +224,11 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
             text = text_of(m)
             if text:
                 sentences = _sentences(text)
-                _add(decisions, [s[:240] for s in sentences if _DECISION.search(s)])
-                stated = [s for s in sentences if _NEXT.search(s)]
-                if stated:
-                    next_step = stated[-1][:300]
+                if _DECISION.search(text):  # a sentence matches only where the whole text does
+                    _add(decisions, [s[:240] for s in sentences if _DECISION.search(s)])
+                stated = next((s for s in reversed(sentences) if _NEXT.search(s)), None)
+                if stated is not None:
+                    next_step = stated[:300]
         elif m.role == "tool":
             text = text_of(m)
             if text and is_failure(text):

@@ -77,21 +77,23 @@ def safe_name(value: str) -> str:
 
 def _check_under(root: Path, path: Path) -> None:
     """Refuse ``path`` unless it lies under ``root`` with no symbolic link on the way."""
-    try:
-        relative = path.relative_to(root)
-    except ValueError:
-        raise StorageError(f"refusing {path}: it is not under {root}", path=str(path)) from None
-    current = root
-    for part in relative.parts:
+    top, target = os.fspath(root), os.fspath(path)  # both normalised by Path: no "." or "//"
+    if target == top:
+        return
+    prefix = top if top.endswith(os.sep) else top + os.sep
+    if not target.startswith(prefix):
+        raise StorageError(f"refusing {path}: it is not under {root}", path=str(path))
+    current = top
+    for part in target[len(prefix) :].split(os.sep):
         if part in ("", ".", ".."):
             raise StorageError(f"refusing {path}: '{part}' in the path", path=str(path))
-        current = current / part
+        current = os.path.join(current, part)
         try:
             mode = os.lstat(current).st_mode
         except FileNotFoundError:
             return
         if stat.S_ISLNK(mode):
-            raise StorageError(f"refusing {current}: a symbolic link under {root}", path=str(current))
+            raise StorageError(f"refusing {current}: a symbolic link under {root}", path=current)
 
 
 def private_dir(path: Path, root: Path) -> None:
@@ -108,7 +110,8 @@ def private_dir(path: Path, root: Path) -> None:
             folder.mkdir(mode=0o700)
         except FileExistsError:
             pass
-    _check_under(root, path)  # a link planted while the folders were made
+    if missing:
+        _check_under(root, path)  # a link planted while the folders were made
 
 
 def write_private(path: Path, data: bytes, root: Path) -> None:
