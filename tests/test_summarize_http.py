@@ -364,7 +364,7 @@ def test_soft_tier_summarizes_half_the_head(fake, tmp_path):
 
 
 def test_incremental_update_sends_previous_summary_and_only_new_messages(fake, tmp_path):
-    compactor = make(fake.base_url, "openai", tmp_path)
+    compactor = make(fake.base_url, "openai", tmp_path, mode="whole")
     history = synthetic_history("SESSION-MARKER-i", FULL_ROUNDS)
     _, first = compactor.compact_with_record(history, "s")
     assert first.tier is CompactionTier.FULL
@@ -383,6 +383,28 @@ def test_incremental_update_sends_previous_summary_and_only_new_messages(fake, t
     new = user.split("<new_messages")[1]
     assert "make step100" in new
     assert 'pytest tests/test_parser.py -k case_0"' not in new  # covered by the first summary
+
+
+def test_delta_request_is_lean(fake, tmp_path):
+    """The default (delta) request: no previous summary, the user's request once and cut to
+    twice the message length, messages cut to max_message_chars, tool results shorter."""
+    history = synthetic_history("SESSION-MARKER-d", FULL_ROUNDS)
+    history[1] = {**history[1], "content": history[1]["content"] + " Details: " + "context " * 400}
+    history[3] = {**history[3], "content": "RESULT-HEAD " + "r" * 3000 + " RESULT-TAIL"}
+    compactor = make(
+        fake.base_url, "openai", tmp_path, context_window=4000, max_message_chars=500, max_result_chars=400
+    )
+    _, record = compactor.compact_with_record(history, "s")
+    compactor.close()
+    assert record.summarizer_calls == 1
+    system, user = (m["content"] for m in fake.requests[0].body["messages"])
+    assert "<previous_summary>" not in user and "only what the new messages add" in system
+    request = user.split("<user_request>")[1].split("</user_request>")[0]
+    assert request.strip().startswith("Please fix the parser bug for SESSION-MARKER-d")
+    assert "characters omitted" in request and len(request) < 1100
+    assert user.count("Please fix the parser bug") == 1  # not repeated among the messages
+    assert "[1] user:\n(the user's request, shown above)" in user
+    assert "RESULT-HEAD" in user and "RESULT-TAIL" in user and "r" * 350 not in user
 
 
 def test_large_tool_results_are_sent_as_placeholders(fake, tmp_path):

@@ -241,11 +241,11 @@ def render_previous(summary: str | None, anchors: Sequence[Anchor]) -> str:
     return format_summary(anchors, summary or "")
 
 
-def render_facts(facts: Facts, known: str = "") -> str:
-    """The facts, once: the user's request only when ``known`` (the previous summary as the
-    prompt shows it) does not quote it already."""
+def render_facts(facts: Facts, quoted: bool = False) -> str:
+    """The facts, once: the user's request only when the prompt does not show it already
+    (``quoted``)."""
     request = facts.user_request or "N/A"
-    if facts.user_request and facts.user_request in known:
+    if facts.user_request and quoted:
         request = "(quoted above; keep it verbatim)"
     lines = [f"User's original request (verbatim):\n{request}"]
     for label, items in (
@@ -279,33 +279,53 @@ def render_message(index: int, message: Message, max_chars: int, max_result_char
     return f"{head}:\n{bound_text(text, max_chars)}"
 
 
-def render_messages(messages: Sequence[Message], max_chars: int, max_result_chars: int | None = None) -> str:
-    return "\n\n".join(render_message(i, m, max_chars, max_result_chars) for i, m in enumerate(messages, 1))
+def render_messages(
+    messages: Sequence[Message], max_chars: int, max_result_chars: int | None = None, user_request: str | None = None
+) -> str:
+    """The messages, one block each; the user's request (shown apart) is not repeated."""
+    blocks = []
+    for i, m in enumerate(messages, 1):
+        if user_request and m.role == "user" and _is_request(text_of(m).strip(), user_request):
+            blocks.append(f"[{i}] user:\n(the user's request, shown above)")
+        else:
+            blocks.append(render_message(i, m, max_chars, max_result_chars))
+    return "\n\n".join(blocks)
 
 
-def _values(request: SummaryRequest, delta: bool, *, messages: str) -> dict[str, str]:
-    """What a template's placeholders stand for (see :data:`PLACEHOLDERS`)."""
+def _is_request(text: str, user_request: str) -> bool:
+    return bool(text) and text[:500] == user_request[:500]
+
+
+def _values(request: SummaryRequest, delta: bool, *, messages: str, request_chars: int) -> dict[str, str]:
+    """What a template's placeholders stand for (see :data:`PLACEHOLDERS`). For a delta the
+    user's request is cut to ``request_chars``: the core keeps it verbatim in the summary."""
     target = target_tokens(request)
     previous = render_previous(request.previous_summary, request.previous_anchors)
-    known = (request.facts.user_request or "") if delta else previous
+    full = request.facts.user_request
+    # a delta needs the request as context only; a whole summary quotes it
+    user_request = bound_text(full, request_chars) if full and delta else full
+    quoted = delta or bool(full and full in previous)  # the delta template shows it; a summary quotes it
+    facts = attrs.evolve(request.facts, user_request=user_request)
     return {
         "session_id": request.session_id,
         "tier": request.tier.label,
         "target_tokens": str(target),
         "target_words": str(target * 3 // 4),
         "previous_summary": previous,
-        "facts": render_facts(request.facts, known),
-        "user_request": request.facts.user_request or "N/A",
+        "facts": render_facts(facts, quoted),
+        "user_request": user_request or "N/A",
         "message_count": str(len(request.messages)),
         "messages": messages,
     }
 
 
-MAX_MESSAGE_CHARS = 1200
-MAX_RESULT_CHARS = 600
+MAX_MESSAGE_CHARS = 800
+MAX_RESULT_CHARS = 400
 """A summary request is lean: each message is cut to this many characters (head and tail kept),
-a tool result shorter still. The core extracts a result's facts (files, the error line) from its
-whole text and sends them apart, and a large result is already a placeholder with a handle."""
+a tool result shorter still, and (for a delta) the user's request to twice the message length. The core
+extracts a result's facts (files, the error line) from its whole text and sends them apart, a
+large result is already a placeholder with a handle, and the core keeps the user's request
+verbatim in the summary itself."""
 
 
 def build_prompt(
@@ -322,7 +342,8 @@ def build_prompt(
     one): the previous summary is not sent, the user's request is, once."""
     if delta and template is DEFAULT_TEMPLATE:
         template = DELTA_TEMPLATE
-    values = _values(request, delta, messages=render_messages(request.messages, max_message_chars, max_result_chars))
+    messages = render_messages(request.messages, max_message_chars, max_result_chars, request.facts.user_request)
+    values = _values(request, delta, messages=messages, request_chars=2 * max_message_chars)
     return Prompt(
         system=string.Template(template.system).substitute(values),
         user=string.Template(template.user).substitute(values),
@@ -334,7 +355,8 @@ def build_instruction(request: SummaryRequest, *, delta: bool = False) -> str:
     first, as the agent sent it, so the provider reads it from its prompt cache; this asks for
     the summary of its oldest uncovered messages, with the facts and the format."""
     template = DELTA_TEMPLATE if delta else DEFAULT_TEMPLATE
-    values = _values(request, delta, messages=CACHED_MESSAGES.format(count=len(request.messages)))
+    cached = CACHED_MESSAGES.format(count=len(request.messages))
+    values = _values(request, delta, messages=cached, request_chars=2 * MAX_MESSAGE_CHARS)
     system = string.Template(template.system).substitute(values)
     user = string.Template(template.user).substitute(values)
     return f"{system}\n\n{user}"

@@ -91,10 +91,10 @@ class HttpSummarizerConfig:
     backoff_base: float = 0.5
     backoff_max: float = 20.0
     deadline: float = 300.0
-    mode: str = "whole"
-    """``whole``: the model rewrites the whole summary from the previous one and the new
-    messages. ``delta``: it writes only what the new messages add, and the core merges that into
-    the previous summary (anchors as a union, prose appended): shorter requests and replies."""
+    mode: str = "delta"
+    """``delta``: the model writes only what the new messages add, and the core merges that into
+    the previous summary (anchors as a union, prose appended): shorter requests and replies.
+    ``whole``: it rewrites the whole summary from the previous one and the new messages."""
     prompt_template: str | None = None
     """Path of a prompt template file (see :mod:`progressive_compactor.http.prompt`)."""
     max_message_chars: int = MAX_MESSAGE_CHARS
