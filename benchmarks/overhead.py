@@ -1,21 +1,24 @@
-"""Time per ``compact_with_record`` call at each tier, next to one bare pass over the messages.
+"""The compactor's own time per call, per tier, pooled over every call of the corpus replay.
 
 Every corpus session is replayed turn by turn (the view is computed before each assistant
-message, as an agent loop would) at one context window; each call is timed and filed under the
-tier it ended at. Next to it, the same turn's history gets the cheapest possible look: one pass
-that sums the messages' content lengths. The ratio of the two is the compactor's cost in units of
-"reading the history once". The offline summarizer is used, so Soft/Full include its (cheap) work.
+message, as an agent loop would) with :func:`progressive_compactor.lab.replay.replay_session`,
+one compactor per session; each call's time, minus the time spent in the summarizer (the
+offline one here), is filed under the tier it ended at. "bare" is the cheapest possible look at
+the same history: one pass that sums the messages' content lengths.
 
-    python benchmarks/overhead.py                 # every corpus session at 32k tokens
-    python benchmarks/overhead.py --window 16000 --corpus /path/to/corpus
+    python benchmarks/overhead.py                                  # default and classic, 16k to 200k
+    python benchmarks/overhead.py --configs default --windows 32000
+    python benchmarks/overhead.py --data-dir /dev/shm              # files on another file system
 
-Goal: at TierNone the decision costs at most 2x the bare pass.
+Goal: the pooled mean at most 100 µs a call. Files are written where the config says (records,
+offloaded results, the state when it is kept in files) under ``--data-dir``, by default a
+temporary folder: their cost depends on that file system (creating a file costs from a few µs
+to a millisecond depending on the machine).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -23,83 +26,67 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from progressive_compactor import CompactionTier, ProgressiveCompactor
+from progressive_compactor import CompactionTier, ProgressiveCompactor, load_config
+from progressive_compactor.lab.replay import isolated_config, read_session, replay_session
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+TIERS = [tier.label for tier in CompactionTier]
 
 
-def bare_pass(messages: list[dict]) -> int:
-    return sum(len(m.get("content") or "") for m in messages)
+def bare_pass_seconds(messages: list[dict]) -> float:
+    started = time.perf_counter()
+    sum(len(m.get("content") or "") for m in messages if isinstance(m.get("content"), str))
+    return time.perf_counter() - started
 
 
-def time_bare(messages: list[dict], repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        bare_pass(messages)
-        best = min(best, time.perf_counter() - t0)
-    return best
+def measure(files: list[Path], config: str, window: int, data_dir: str | None) -> dict[str, list[tuple[float, float]]]:
+    """Per tier: (compactor seconds, bare-pass seconds) of every call."""
+    by_tier: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for path in files:
+        messages = read_session(path)
+        with tempfile.TemporaryDirectory(prefix="compactor-overhead-", dir=data_dir) as root:
+            base = load_config(config, context_window=window)
+            with ProgressiveCompactor(isolated_config(base, Path(root))) as compactor:
+                result = replay_session(messages, compactor, path.stem, probes=False)
+        for turn in result.turns:
+            by_tier[turn.tier.label].append((turn.compactor_seconds, bare_pass_seconds(messages[: turn.index])))
+    return by_tier
 
 
-def replay(path: Path, window: int, root: str, cold: bool) -> list[tuple[CompactionTier, float, float, int]]:
-    messages = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-    overrides = {"context_window": window, "data_dir": root}
-    compactor = ProgressiveCompactor("default", **overrides)
-    rows = []
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
+def table(config: str, window: int, by_tier: dict[str, list[tuple[float, float]]]) -> str:
+    every = [row for rows in by_tier.values() for row in rows]
+    total = sum(t for t, _ in every)
+    lines = [
+        f"{config} at {window:,} tokens: pooled mean {1e6 * total / len(every):.0f} µs over {len(every)} calls",
+        f"{'tier':<10}{'calls':>7}{'mean µs':>10}{'median µs':>11}{'share of time':>15}{'× bare pass':>13}",
+    ]
+    for tier in TIERS:
+        rows = by_tier.get(tier)
+        if not rows:
             continue
-        history = messages[:i]
-        if cold:  # a compactor that has never seen this session: the first call's cost
-            compactor = ProgressiveCompactor("default", **overrides)
-        t0 = time.perf_counter()
-        _, record = compactor.compact_with_record(history, path.stem)
-        elapsed = time.perf_counter() - t0
-        rows.append((record.tier, elapsed, time_bare(history), len(history)))
-    return rows
+        times = [t for t, _ in rows]
+        bare = sum(b for _, b in rows)
+        lines.append(
+            f"{tier:<10}{len(rows):>7}{1e6 * statistics.fmean(times):>10.0f}{1e6 * statistics.median(times):>11.0f}"
+            f"{sum(times) / total:>15.0%}{sum(times) / bare if bare else 0:>13.0f}"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=Path(os.environ.get("COMPACTOR_CORPUS", DEFAULT_CORPUS)))
-    parser.add_argument("--window", type=int, default=32_000)
+    parser.add_argument("--configs", default="default,classic")
+    parser.add_argument("--windows", default="16000,32000,64000,128000,200000")
+    parser.add_argument("--data-dir", help="where the replays write their files (default: a temporary folder)")
     args = parser.parse_args()
     files = sorted(args.corpus.glob("*.jsonl"))
     if not files:
         raise SystemExit(f"no corpus at {args.corpus} (set --corpus or COMPACTOR_CORPUS)")
-    with tempfile.TemporaryDirectory() as root:
-        for label, cold, window in (
-            ("steady state: one compactor per session, turn after turn", False, args.window),
-            ("cold: a fresh compactor for every call (no cache), window large enough for TierNone", True, 10**7),
-        ):
-            by_tier: dict[CompactionTier, list[tuple[float, float, int]]] = defaultdict(list)
-            for path in files:
-                for tier, t, bare, n in replay(path, window, root, cold):
-                    by_tier[tier].append((t, bare, n))
-            print(f"\n{label} (window {window:,} tokens, {len(files)} sessions)")
-            print(
-                f"{'tier':<10}{'calls':>7}{'median msgs':>13}{'call µs (median)':>18}"
-                f"{'bare µs (median)':>18}{'ratio (sum/sum)':>17}"
-            )
-            for tier in sorted(by_tier):
-                print_row(tier.label, by_tier[tier])
-            none = by_tier.get(CompactionTier.NONE, [])
-            if none:
-                print("TierNone by history length (messages):")
-                for low, high in ((0, 50), (50, 100), (100, 200), (200, 400), (400, 10**9)):
-                    rows = [r for r in none if low <= r[2] < high]
-                    if rows:
-                        print_row(f"{low}-{high if high < 10**9 else ''}", rows)
-
-
-def print_row(label: str, rows: list[tuple[float, float, int]]) -> None:
-    calls = [r[0] for r in rows]
-    bares = [r[1] for r in rows]
-    print(
-        f"{label:<10}{len(rows):>7}{statistics.median(r[2] for r in rows):>13.0f}"
-        f"{statistics.median(calls) * 1e6:>18.1f}{statistics.median(bares) * 1e6:>18.1f}"
-        f"{sum(calls) / sum(bares):>17.2f}"
-    )
+    print(f"{len(files)} sessions; the summarizer's time excluded\n")
+    for window in (int(w) for w in args.windows.split(",")):
+        for config in args.configs.split(","):
+            print(table(config, window, measure(files, config, window, args.data_dir)), end="\n\n", flush=True)
 
 
 if __name__ == "__main__":

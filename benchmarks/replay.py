@@ -1,22 +1,25 @@
 """Replay benchmark: every corpus session under every policy at several context windows.
 
     python benchmarks/replay.py                                   # the tables of benchmarks/README.md
-    python benchmarks/replay.py --windows 16000 --policies progressive,one-threshold
-    COMPACTOR_SUMMARIZER_URL=http://localhost:11434/v1 python benchmarks/replay.py   # + progressive-http
+    python benchmarks/replay.py --windows 16000 --policies default,one-threshold
+    COMPACTOR_SUMMARIZER_URL=http://localhost:11434/v1 python benchmarks/replay.py   # + default-http
 
-Each session is replayed turn by turn with :func:`progressive_compactor.replay.replay_session`
+Each session is replayed turn by turn with :func:`progressive_compactor.lab.replay.replay_session`
 (the engine ``compactor replay`` and ``compactor ab replay`` use), in a process pool. Printed per
 window: invalid views, overflows, peak view, billed cost (default price table of
-``progressive_compactor.pricing``), cached share, summarizer calls, retention per probe category,
-and the compactor's own time per call; then paired per-session differences with bootstrap 95 %
-confidence intervals. ``--json FILE`` writes every per-session number.
+``progressive_compactor.pricing``) with and without a prompt cache, cached share, summarizer calls
+and tokens per call, how often each tier fired, retention per probe category, and the
+compactor's own time per call (pooled mean; the summarizer's time excluded); then paired
+per-session differences with bootstrap 95 % confidence intervals, and the default config's cost
+as a ratio of the baselines'. ``--json FILE`` writes every per-session number.
 
-Policies (bundled configs, see ``configs/``): ``none``, ``truncation``, ``one-threshold``,
-``masking``, ``progressive`` (the default config), ``progressive-http`` (the progressive policy
-with the ``summarize-openai`` plugin, only when ``COMPACTOR_SUMMARIZER_URL`` or ``--summarizer-url``
-is set; ``COMPACTOR_SUMMARIZER_MODEL``, default ``llama3.1:8b``; ``COMPACTOR_SUMMARIZER_KEY_ENV``
-names the variable holding an API key, if the server wants one). Candidate variants of the
-progressive policy used in the README's analysis are listed in ``CANDIDATES``.
+Policies (bundled configs, see ``configs/``): the baselines ``none``, ``truncation``,
+``one-threshold``, ``masking``; ``default``; ``default-cache-friendly`` (the default config with
+``summary_requests: cache-friendly``); ``classic`` (the 60/70/80/95 % tiers); ``cache-aware``;
+``default-http`` (the ``ollama`` config's ``summarize-openai`` plugin, only when
+``COMPACTOR_SUMMARIZER_URL`` or ``--summarizer-url`` is set; ``COMPACTOR_SUMMARIZER_MODEL``,
+default ``llama3.1:8b``; ``COMPACTOR_SUMMARIZER_KEY_ENV`` names the variable holding an API key,
+if the server wants one). Variants of the classic tiers are listed in ``CANDIDATES``.
 """
 
 from __future__ import annotations
@@ -37,27 +40,38 @@ POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "one-threshold": ("baseline-one-threshold", {}),
     "masking": ("baseline-masking", {}),
     "default": ("default", {}),
+    "default-cache-friendly": ("default", {"summary_requests": "cache-friendly"}),
     "classic": ("classic", {}),
     "cache-aware": ("cache-aware", {}),
 }
 CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
-    # No Soft tier: Warn offloads at 60 %, Full summarizes the whole head at 80 %.
-    "progressive-no-soft": (
-        "default",
+    # The classic tiers without Soft: Warn offloads at 60 %, Full summarizes the whole head at 80 %.
+    "classic-no-soft": (
+        "classic",
         {"config": {"policy-thresholds": {"warn": 0.60, "soft": 0.80, "full": 0.80, "emergency": 0.95}}},
     ),
     # No Warn tier: Soft at 70 %, Full at 80 %.
-    "progressive-no-warn": (
-        "default",
+    "classic-no-warn": (
+        "classic",
         {"config": {"policy-thresholds": {"warn": 0.70, "soft": 0.70, "full": 0.80, "emergency": 0.95}}},
     ),
     # Full alone at 80 % (offload, then summarize the whole head), Emergency at 95 %.
-    "progressive-full-only": (
-        "default",
+    "classic-full-only": (
+        "classic",
         {"config": {"policy-thresholds": {"warn": 0.80, "soft": 0.80, "full": 0.80, "emergency": 0.95}}},
     ),
 }
-DEFAULT_POLICIES = ("none", "truncation", "one-threshold", "masking", "progressive", "cache-aware")
+DEFAULT_POLICIES = (
+    "none",
+    "truncation",
+    "one-threshold",
+    "masking",
+    "default",
+    "default-cache-friendly",
+    "classic",
+    "cache-aware",
+)
+BASELINES = ("none", "truncation", "one-threshold", "masking")
 CATEGORIES = ("request", "artifacts", "errors", "next_step")
 
 
@@ -111,12 +125,13 @@ def run_one(policy: str, config_name: str, overrides: dict[str, Any], window: in
         "summarizer_calls": r.summarizer_calls,
         "summarizer_tokens_in": r.summarizer_tokens_in,
         "summarizer_tokens_out": r.summarizer_tokens_out,
+        "summarizer_tokens_in_cached": sum(t.summarizer_tokens_in_cached for t in r.turns),
         "tiers": dict(r.tier_counts),
         "cache_breaks": sum(
             1 for a, b in zip(r.turns, r.turns[1:], strict=False) if b.cache_stable_tokens < a.view_tokens
         ),
         "offloads": r.offloads,
-        "compactor_ms_mean": 1000 * statistics.fmean(per_call) if per_call else 0.0,
+        "compactor_seconds": sum(per_call),
         "compactor_ms_max": 1000 * max(per_call, default=0.0),
         "wall_seconds": wall,
         "retention": {c: (len(v.kept), v.total) for c, v in retention.items()},
@@ -137,7 +152,8 @@ def retention_mean(rows: list[dict[str, Any]], category: str) -> tuple[float | N
 
 
 def no_cache_cost(r: dict[str, Any]) -> float:
-    """The session's cost if the provider had no prompt cache (cached input billed as input)."""
+    """The session's cost if the provider had no prompt cache (cached input, the summarizer's
+    too, billed as input)."""
     from progressive_compactor.pricing import DEFAULT_PRICES as P
 
     fresh = r["input_tokens"] * P.input + r["output_tokens"] * P.output
@@ -152,9 +168,10 @@ def pct(x: float | None) -> str:
 
 def window_table(window: int, by_policy: dict[str, list[dict[str, Any]]], reference: str) -> str:
     head = (
-        "| policy | invalid views | overflow turns (sessions) | peak view, max | billed cost, sum | vs "
-        f"{reference} | cost without prompt cache | mean view | cached share | uncached input tokens | "
-        "summarizer calls | request | artifacts | errors | next step | compactor ms/call (max) |"
+        f"| policy | invalid views | overflow turns (sessions) | peak view, max | billed cost, sum | vs {reference} "
+        "| cost without prompt cache | mean view | cached share | summarizer calls | summarizer tokens in / out "
+        "per call | tiers Warn/Soft/Full/Emergency | request | artifacts | errors | next step "
+        "| compactor µs/call, mean (max ms) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     ref_cost = sum(r["cost"] for r in by_policy.get(reference, [])) or None
@@ -162,26 +179,61 @@ def window_table(window: int, by_policy: dict[str, list[dict[str, Any]]], refere
         cost = sum(r["cost"] for r in rows)
         inp = sum(r["input_tokens"] for r in rows)
         cached = sum(r["cached_tokens"] for r in rows)
+        turns = max(sum(r["turns"] for r in rows), 1)
+        calls = sum(r["summarizer_calls"] for r in rows)
+        per_call = (
+            f"{sum(r['summarizer_tokens_in'] for r in rows) / calls:,.0f} / "
+            f"{sum(r['summarizer_tokens_out'] for r in rows) / calls:,.0f}"
+            if calls
+            else "-"
+        )
+        tiers = "/".join(str(sum(r["tiers"].get(t, 0) for r in rows)) for t in ("Warn", "Soft", "Full", "Emergency"))
         cells = [
             policy,
             str(sum(r["invalid_views"] for r in rows)),
             f"{sum(r['overflows'] for r in rows)} ({sum(1 for r in rows if r['overflows'])})",
             f"{max(r['peak'] for r in rows):,}",
             f"${cost:.2f}",
-            f"{100 * (cost / ref_cost - 1):+.1f}%" if ref_cost else "-",
+            f"{cost / ref_cost:.3f}×" if ref_cost else "-",
             f"${sum(no_cache_cost(r) for r in rows):.2f}",
-            f"{inp / max(sum(r['turns'] for r in rows), 1):,.0f}",
+            f"{inp / turns:,.0f}",
             pct(cached / inp if inp else None),
-            f"{inp - cached:,}",
-            str(sum(r["summarizer_calls"] for r in rows)),
+            str(calls),
+            per_call,
+            tiers,
         ]
         for c in CATEGORIES:
             mean, kept, total = retention_mean(rows, c)
             cells.append(f"{pct(mean)} ({kept}/{total})")
-        ms = statistics.fmean(r["compactor_ms_mean"] for r in rows)
-        cells.append(f"{ms:.2f} ({max(r['compactor_ms_max'] for r in rows):.0f})")
+        mean_us = 1e6 * sum(r["compactor_seconds"] for r in rows) / turns
+        cells.append(f"{mean_us:.0f} ({max(r['compactor_ms_max'] for r in rows):.1f})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def goals(window: int, by_policy: dict[str, list[dict[str, Any]]]) -> str:
+    """The default config against the baselines, as ratios of summed billed cost."""
+    if "default" not in by_policy:
+        return ""
+
+    def total(name: str, cost: Any = lambda r: r["cost"]) -> float | None:
+        rows = by_policy.get(name)
+        return sum(cost(r) for r in rows) if rows else None
+
+    ours, parts = total("default"), []
+    for name in ("one-threshold", "none"):
+        theirs = total(name)
+        if ours is not None and theirs:
+            parts.append(f"default / {name} = {ours / theirs:.3f}")
+    baselines = {n: total(n, no_cache_cost) for n in BASELINES if n in by_policy}
+    baselines = {n: v for n, v in baselines.items() if v}
+    if baselines:
+        cheapest = min(baselines, key=lambda n: baselines[n])
+        ours_nc = total("default", no_cache_cost) or 0.0
+        parts.append(
+            f"without a prompt cache: default / {cheapest} (cheapest baseline) = {ours_nc / baselines[cheapest]:.3f}"
+        )
+    return f"Window {window:,}: " + "; ".join(parts) + "."
 
 
 def share(row: dict[str, Any], category: str) -> float:
@@ -219,26 +271,26 @@ def paired_table(by_policy: dict[str, list[dict[str, Any]]], pairs: list[tuple[s
     return "\n".join(lines)
 
 
-def masking_account(masking: list[dict[str, Any]], progressive: list[dict[str, Any]]) -> str:
-    """Per session: where observation masking beats the progressive policy, and by how much."""
-    prog = {r["session"]: r for r in progressive}
+def masking_account(masking: list[dict[str, Any]], ours: list[dict[str, Any]]) -> str:
+    """Per session: where observation masking beats the default policy, and by how much."""
+    prog = {r["session"]: r for r in ours}
     cheaper = [r for r in masking if r["cost"] < prog[r["session"]]["cost"]]
     cheaper_nc = [r for r in masking if no_cache_cost(r) < no_cache_cost(prog[r["session"]])]
     smaller = [r for r in masking if r["input_tokens"] < prog[r["session"]]["input_tokens"]]
     fits = [r for r in masking if not r["overflows"]]
     return (
-        f"Masking vs progressive, per session: cheaper with prompt caching in {len(cheaper)}/{len(masking)} "
+        f"Masking vs default, per session: cheaper with prompt caching in {len(cheaper)}/{len(masking)} "
         f"({', '.join(r['session'][:24] for r in cheaper) or 'none'}); cheaper without a cache in "
         f"{len(cheaper_nc)}/{len(masking)}; fewer input tokens in {len(smaller)}/{len(masking)}; never "
-        f"overflowed in {len(fits)}/{len(masking)}; masking called the summarizer 0 times, progressive "
-        f"{sum(r['summarizer_calls'] for r in progressive)} times."
+        f"overflowed in {len(fits)}/{len(masking)}; masking called the summarizer 0 times, default "
+        f"{sum(r['summarizer_calls'] for r in ours)} times."
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=corpus_default())
-    parser.add_argument("--windows", default="16000,32000,64000")
+    parser.add_argument("--windows", default="16000,32000,64000,128000,200000")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     parser.add_argument("--reference", default="one-threshold", help="policy the cost column compares against")
     parser.add_argument("--workers", type=int, default=2)
@@ -254,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     policies = {**POLICIES, **CANDIDATES}
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     if args.summarizer_url:
-        policies["progressive-http"] = http_policy(args.summarizer_url)
-        if "progressive-http" not in names:
-            names.append("progressive-http")
+        policies["default-http"] = http_policy(args.summarizer_url)
+        if "default-http" not in names:
+            names.append("default-http")
     unknown = [n for n in names if n not in policies]
     if unknown:
         print(f"unknown policies {unknown}; known: {', '.join(policies)}", file=sys.stderr)
@@ -290,13 +342,16 @@ def main(argv: list[str] | None = None) -> int:
         print(window_table(w, by_policy, args.reference))
         print()
         pairs = [(n, args.reference) for n in names if n != args.reference]
-        if "progressive" in names and "masking" in names:
-            pairs.append(("masking", "progressive"))
+        if "default" in names and "masking" in names:
+            pairs.append(("masking", "default"))
         print(paired_table(by_policy, pairs))
         print()
-        if "progressive" in names and "masking" in names:
-            print(masking_account(by_policy["masking"], by_policy["progressive"]))
+        if "default" in names and "masking" in names:
+            print(masking_account(by_policy["masking"], by_policy["default"]))
             print()
+        line = goals(w, by_policy)
+        if line:
+            print(line + "\n")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1), "utf-8")
         print(f"per-session rows: {args.json}", file=sys.stderr)

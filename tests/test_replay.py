@@ -136,13 +136,19 @@ def test_retention_of_a_compacted_synthetic_session(make_compactor):
 
 
 @pytest.mark.corpus
-def test_progressive_on_the_corpus_at_16k_has_no_invalid_view_and_no_overflow(corpus_dir, make_compactor):
+@pytest.mark.parametrize("config", ["default", "classic"])
+def test_the_corpus_at_16k_has_no_invalid_view_no_overflow_and_every_tier(corpus_dir, make_compactor, config):
+    fired: dict[str, int] = {}
     for path in session_files(corpus_dir):
-        compactor = make_compactor(context_window=16_000)
+        compactor = make_compactor(config, context_window=16_000)
         result = replay_session(read_session(path), compactor, path.stem, probes=False)
         assert result.invalid_views == 0, (path.name, result.invalid_view_problems)
         assert result.overflows == 0, path.name
+        for label, count in result.tier_counts.items():
+            fired[label] = fired.get(label, 0) + count
         compactor.close()
+    for tier in (CompactionTier.WARN, CompactionTier.SOFT, CompactionTier.FULL, CompactionTier.EMERGENCY):
+        assert fired.get(tier.label, 0) > 0, (config, tier.label, fired)
 
 
 def test_a_replay_never_writes_to_the_configs_own_stores(tmp_path):

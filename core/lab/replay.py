@@ -159,9 +159,13 @@ class SummarizerMeter:
         started = time.perf_counter()
         try:
             result = yield
-        finally:
+            self._count(request, result)
+        finally:  # the meter's own estimates count as the summarizer's time, not the compactor's
             self.seconds += time.perf_counter() - started
             self.calls += 1
+        return result
+
+    def _count(self, request: SummaryRequest, result: Any) -> None:
         delta = isinstance(result, SummaryResult) and result.delta
         if request.view:  # cache-friendly: the view again (mostly cached), then the instruction
             view = sum(self.estimate(request.view))
@@ -173,7 +177,6 @@ class SummarizerMeter:
             self.tokens_in += self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
         if isinstance(result, SummaryResult) and result.text:
             self.tokens_out += self.estimate([Message(role="assistant", content=result.text)])[0]
-        return result
 
 
 def _meter(compactor: Any) -> SummarizerMeter:
