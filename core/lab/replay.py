@@ -133,8 +133,10 @@ class ReplayResult:
 class SummarizerMeter:
     """A hook wrapper around ``summarize``: times every call and estimates its tokens.
 
-    Registered on the compactor's plugin manager by :func:`replay_session`; it changes nothing
-    the summarizer returns.
+    Registered on the compactor's plugin manager by :func:`replay_session`. It changes nothing
+    the summarizer returns but the token counts a summarizer did not report: those are filled in
+    with the estimates, so that the record of the turn carries them, and a replay's records price
+    exactly as the replay does (``compactor ab report`` on them agrees with ``ab replay``).
     """
 
     def __init__(self, estimate: Callable[[Sequence[Message]], list[int]]):
@@ -159,8 +161,16 @@ class SummarizerMeter:
         if request.previous_summary:
             tokens_in += self.estimate([Message(role="user", content=request.previous_summary)])[0]
         self.tokens_in += tokens_in
+        tokens_out = 0
         if isinstance(result, SummaryResult) and result.text:
-            self.tokens_out += self.estimate([Message(role="assistant", content=result.text)])[0]
+            tokens_out = self.estimate([Message(role="assistant", content=result.text)])[0]
+            self.tokens_out += tokens_out
+        if isinstance(result, SummaryResult) and (result.tokens_in is None or result.tokens_out is None):
+            result = attrs.evolve(
+                result,
+                tokens_in=tokens_in if result.tokens_in is None else result.tokens_in,
+                tokens_out=tokens_out if result.tokens_out is None else result.tokens_out,
+            )
         return result
 
 
