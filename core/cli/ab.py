@@ -169,24 +169,24 @@ def _tables(comparison: Any) -> list[Any]:
     variant's name is a title, so it is never cut, however narrow the terminal."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     level = _level(comparison.alpha)
     width = max(len(row.label) for row in comparison.rows)
+    tables: list[Any] = []
 
     def table(title: str) -> Any:
         t = Table(
-            title=title,
-            title_justify="left",
-            title_style="bold",
             box=box.SIMPLE_HEAD,
             show_edge=False,
             pad_edge=False,
             padding=(0, 1, 0, 0),
         )
         t.add_column("metric", no_wrap=True, min_width=width)
+        tables.append(Text(title, style="bold"))  # a title wraps at the console's width, not the table's
+        tables.append(t)
         return t
 
-    tables = []
     for v in comparison.variants:
         role = " (control)" if v == comparison.control else ""
         per = table(f"{v}{role}: mean per session, {level} CI, total over sessions")
@@ -201,7 +201,6 @@ def _tables(comparison: Any) -> list[Any]:
             total = "" if s.total is None else _total(row, s.total)
             ci = _ci(row.metric, row.kind, s.low, s.high, False)
             per.add_row(row.label, str(s.n), _num(row.metric, row.kind, s.mean), ci, total)
-        tables.append(per)
     for v in comparison.variants[1:]:
         cost = comparison.row("cost").differences.get(v)
         test = f"{cost.test} on {cost.n} sessions" if cost is not None and cost.paired else ""
@@ -227,14 +226,13 @@ def _tables(comparison: Any) -> list[Any]:
                 verdict += f", {d.test}"
             ci = _ci(row.metric, row.kind, d.low, d.high, True)
             diff.add_row(row.label, _num(row.metric, row.kind, d.mean, True), ci, relative, verdict)
-        tables.append(diff)
     return tables
 
 
 def _total(row: Any, total: float) -> str:
-    if row.metric == "overflow_sessions":
-        return f"{total:,.0f}"
-    return _num(row.metric, row.kind, total)
+    if row.kind == "money":
+        return _num(row.metric, row.kind, total)
+    return f"{total:,.0f}"  # turns, calls, tokens, sessions: whole numbers
 
 
 def _guidance(comparison: Any, effect: float | None) -> list[str]:
@@ -297,9 +295,11 @@ def print_comparison(
     console.print(title, markup=False, highlight=False)
     console.print(_prices_line(prices, prices_source), markup=False)
     console.print(f"Cost: {COST_DEFINITION}.", markup=False)
-    for table in _tables(comparison):
-        console.print()
-        console.print(table)
+    for part in _tables(comparison):
+        if not hasattr(part, "columns"):  # a title
+            console.print()
+        console.print(part)
+    console.print()
     saturated = [row.label for row in comparison.rows if row.saturated]
     if saturated:
         console.print(
