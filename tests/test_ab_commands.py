@@ -137,8 +137,11 @@ def test_live_records_are_compared_unpaired_with_sample_sizes_and_a_warning(tmp_
     assert data["paired"] is False and sum(data["sessions"].values()) == 8 and len(data["sessions"]) == 2
     cost = data["metrics"]["cost"]["differences"]["one-threshold"]
     assert cost["test"] == "Welch t-test" and cost["paired"] is False
-    size = data["sample_sizes"]["one-threshold"]
-    assert size["underpowered"] is True and size["per_variant"] > max(data["sessions"].values())
+    size = data["target_sample_sizes"]["one-threshold"]
+    assert data["effect"] == 0.1 and size["relative_effect"] == pytest.approx(0.1) and size["observed"] is False
+    assert size["underpowered"] is True and size["power"] < 0.8
+    assert size["per_variant"] > max(data["sessions"].values())
+    assert data["sample_sizes"]["one-threshold"]["observed"] is True
     text = run("ab", "report", records, "-e", experiment, columns=100)
     assert text.exit_code == 0, text.output
     out = " ".join(text.stdout.split())
@@ -147,12 +150,16 @@ def test_live_records_are_compared_unpaired_with_sample_sizes_and_a_warning(tmp_
         f"one-threshold against default (control): Welch t-test on {n['one-threshold']} and {n['default']} "
         "sessions, two-sided, level α = 0.05" in out
     )
-    assert "warning: one-threshold against default is unpaired and underpowered" in out
-    assert f"about {size['per_variant']:,} sessions per variant" in out
-    # a given effect instead of the observed one
+    power = f"{size['power'] * 100:.0f} %"
+    assert (
+        f"warning: one-threshold against default is unpaired and underpowered: with {n['one-threshold']} and "
+        f"{n['default']} sessions it had a {power} chance of detecting a 10 % difference in cost" in out
+    )
+    assert f"to detect a 10 % difference: about {size['per_variant']:,} sessions per variant" in out
+    # another smallest difference worth detecting
     given = run_json("ab", "report", records, "-e", experiment, "--effect", "50")
-    assert given["sample_sizes"]["one-threshold"]["observed"] is False
-    assert given["sample_sizes"]["one-threshold"]["relative_effect"] == pytest.approx(0.5)
+    assert given["target_sample_sizes"]["one-threshold"]["relative_effect"] == pytest.approx(0.5)
+    assert given["target_sample_sizes"]["one-threshold"]["per_variant"] < size["per_variant"]
 
 
 def test_a_replay_is_paired_and_names_its_test_level_and_prices(tmp_path):

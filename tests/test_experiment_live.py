@@ -257,3 +257,24 @@ def test_a_session_id_is_required_as_for_any_compactor(tmp_path):
     with ExperimentCompactor(experiment_with_thresholds(tmp_path)) as compactor:
         with pytest.raises(CompactorError, match="session_id must be a non-empty string"):
             compactor.compact(build_history([100]), "")
+
+
+def test_live_records_price_the_summarizer_as_a_replay_does(tmp_path):
+    """The offline summarizer reports no tokens: live records carry the replay's estimate."""
+    from progressive_compactor.lab.replay import replay_session
+
+    path = experiment_file(tmp_path, "trial", (1.0, 0.0))
+    history = build_history([4000] * 8, id_prefix="s_")
+    history.append({"role": "assistant", "content": "Done."})
+    with ExperimentCompactor(path) as compactor:  # a view before each assistant message, as a replay
+        for end in range(2, len(history), 2):
+            compactor.compact_with_record(history[:end], "live")
+    live = [r for r in records_of(tmp_path, "live") if r.summarizer_calls]
+    assert live and all(r.summarizer_tokens_in > 0 and r.summarizer_tokens_out > 0 for r in live)
+    config = load_experiment(path).variant("wide").config
+    with ProgressiveCompactor(config, data_dir=str(tmp_path / "replay")) as plain:
+        replayed = replay_session(history, plain, "live")
+    summarized = [t.record for t in replayed.turns if t.summarizer_calls]
+    assert [(r.summarizer_tokens_in, r.summarizer_tokens_out) for r in summarized] == [
+        (r.summarizer_tokens_in, r.summarizer_tokens_out) for r in live
+    ]

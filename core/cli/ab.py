@@ -235,40 +235,41 @@ def _total(row: Any, total: float) -> str:
     return f"{total:,.0f}"  # turns, calls, tokens, sessions: whole numbers
 
 
-def _guidance(comparison: Any, effect: float | None) -> list[str]:
-    """Sample-size guidance on cost, and the underpowered warnings."""
+def _guidance(comparison: Any) -> list[str]:
+    """Sample sizes for cost (the observed difference, and the smallest one worth detecting),
+    and a warning for each unpaired comparison without the power to detect the latter."""
     lines = []
     level = f"α = {comparison.alpha:g}"
+    target = f"{comparison.effect * 100:g} %"
     cost = comparison.row("cost")
     for v in comparison.variants[1:]:
-        size = comparison.sample_sizes.get(v)
+        observed = comparison.sample_sizes.get(v)
+        wanted = comparison.target_sample_sizes.get(v)
         d = cost.differences.get(v)
-        if size is None or d is None:
-            lines.append(f"{v}: too few sessions to estimate the sample size a live experiment needs.")
+        if observed is None or wanted is None or d is None:
+            lines.append(f"{v}: too few sessions to say how many a live experiment needs.")
             continue
-        what = (
-            f"the observed difference in cost ({_num('cost', 'money', d.mean, True)} USD per session, "
-            f"{_percent(d.relative)})"
-            if size.observed
-            else f"a difference in cost of {effect * 100:g} % ({size.effect:.4f} USD per session)"  # type: ignore[operator]
+
+        def needs(size: Any) -> str:
+            if size.per_variant is None:
+                return "cannot be estimated (no spread or no difference)"
+            paired = f"; paired, every session under both: {size.pairs:,}" if size.pairs is not None else ""
+            return f"about {size.per_variant:,} sessions per variant{paired}"
+
+        seen = f"{_num('cost', 'money', d.mean, True)} USD per session, {_percent(d.relative)}"
+        lines.append(
+            f"{v}: a live experiment (each session on one variant) needs, for 80 % power at {level}, to detect "
+            f"the observed difference in cost ({seen}): {needs(observed)}; to detect a {target} difference: "
+            f"{needs(wanted)}."
         )
-        if size.per_variant is None:
-            lines.append(f"{v}: no difference in cost to detect; no sample size to give.")
-            continue
-        line = (
-            f"{v}: to detect {what} in a live experiment (each session on one variant) with 80 % power "
-            f"at {level}: about {size.per_variant:,} sessions per variant"
-        )
-        if size.pairs is not None:
-            line += f" (paired, every session under both: {size.pairs:,})"
-        lines.append(line + ".")
-        if size.underpowered:
-            power = "an unknown" if size.power is None else f"a {size.power * 100:.0f} %"
+        if wanted.underpowered:
+            power = "an unknown" if wanted.power is None else f"a {wanted.power * 100:.0f} %"
+            more = f" About {wanted.per_variant:,} sessions per variant are needed." if wanted.per_variant else ""
             lines.append(
-                f"warning: {v} against {comparison.control} is unpaired and underpowered: with "
-                f"{d.n} and {d.n_control} sessions it had {power} chance of detecting this difference; "
-                f"its confidence intervals are wide and its sign may be wrong. About "
-                f"{size.per_variant:,} sessions per variant are needed."
+                f"warning: {v} against {comparison.control} is unpaired and underpowered: with {d.n} and "
+                f"{d.n_control} sessions it had {power} chance of detecting a {target} difference in cost; "
+                f"its confidence intervals are wide and even the sign of its difference may be wrong.{more} "
+                "(--effect sets the difference; 'ab replay' on recorded sessions pairs them.)"
             )
     return lines
 
@@ -287,7 +288,7 @@ def _prices_line(prices: Any, source: str) -> str:
 
 
 def print_comparison(
-    comparison: Any, *, title: str, prices: Any, prices_source: str, effect: float | None, notes: Sequence[str] = ()
+    comparison: Any, *, title: str, prices: Any, prices_source: str, notes: Sequence[str] = ()
 ) -> None:
     from ..lab.experiment import COST_DEFINITION
 
@@ -312,7 +313,7 @@ def print_comparison(
         "count only the turns that changed the view.",
         markup=False,
     )
-    for line in [*_guidance(comparison, effect), *notes]:
+    for line in [*_guidance(comparison), *notes]:
         console.print(line, markup=False)
 
 
@@ -350,7 +351,10 @@ _ALPHA = click.option(
 _EFFECT = click.option(
     "--effect",
     type=click.FloatRange(min=0, min_open=True),
-    help="Relative difference in cost, in %, to compute sample sizes for (default: the observed one).",
+    default=10.0,
+    show_default=True,
+    help="Smallest difference in cost worth detecting, in % of the control's: sample sizes are given "
+    "for it and for the observed one, and an unpaired comparison without 80 % power for it is flagged.",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 
@@ -398,7 +402,7 @@ def replay_command(
     limit: int | None,
     records_dir: str | None,
     alpha: float,
-    effect: float | None,
+    effect: float,
     as_json: bool,
 ) -> None:
     """Replay every session (*.jsonl) of CORPUS_DIR under every variant of the experiment.
@@ -452,7 +456,7 @@ def replay_command(
             )
         except CompactorError as exc:
             raise click.ClickException(str(exc)) from exc
-    relative = effect / 100 if effect else None
+    relative = effect / 100
     comparison = compare(results, experiment.control, alpha=alpha, effect=relative)
     window = experiment.base.context_window
     if as_json:
@@ -476,7 +480,6 @@ def replay_command(
         title=title,
         prices=experiment.prices,
         prices_source="the experiment's",
-        effect=relative,
     )
 
 
@@ -494,7 +497,7 @@ def report_command(
     experiment_ref: str | None,
     control: str | None,
     alpha: float,
-    effect: float | None,
+    effect: float,
     as_json: bool,
 ) -> None:
     """Compare variants from the JSONL records under RECORDS_DIR (searched recursively).
@@ -529,9 +532,16 @@ def report_command(
         per_variant.setdefault(variant, {})[session] = metrics
     if control is not None and control not in per_variant:
         raise click.ClickException(f"no records of control variant {control!r}; found: {', '.join(per_variant)}")
-    relative = effect / 100 if effect else None
+    relative = effect / 100
     comparison = compare(per_variant, control, alpha=alpha, effect=relative)
     partial = sorted(v for v, every in grouped.every_turn.items() if not every)
+    unpriced = sum(
+        1
+        for sessions in grouped.sessions.values()
+        for recs in sessions.values()
+        for r in recs
+        if r.summarizer_calls and not (r.summarizer_tokens_in or r.summarizer_tokens_out)
+    )
     if as_json:
         data = comparison_to_dict(comparison)
         data.update(
@@ -540,6 +550,7 @@ def report_command(
             excluded_mixed_variants=list(grouped.mixed),
             excluded_several_runs=list(grouped.conflicting),
             cost_covers_every_turn=not partial,
+            turns_with_unpriced_summaries=unpriced,
             variants_without_every_turn=partial,
             paired=comparison.paired,
             prices=_prices_dict(prices),
@@ -562,6 +573,11 @@ def report_command(
             f"{len(grouped.conflicting)} sessions left out: recorded under one variant in several folders "
             f"(two runs?) ({_some(grouped.conflicting)})."
         )
+    if unpriced:
+        notes.append(
+            f"note: {unpriced:,} turns called the summarizer without token counts in their record; their "
+            "summarizer cost is not counted (ExperimentCompactor and replays estimate them)."
+        )
     if partial:
         notes.append(
             f"note: no tier-None records for {', '.join(partial)}, so cost counts compaction turns only; "
@@ -569,7 +585,7 @@ def report_command(
         )
     sessions = sum(comparison.sessions.values())
     title = f"{grouped.records:,} records, {sessions} sessions, {'paired' if comparison.paired else 'unpaired'}"
-    print_comparison(comparison, title=title, prices=prices, prices_source=source, effect=relative, notes=notes)
+    print_comparison(comparison, title=title, prices=prices, prices_source=source, notes=notes)
 
 
 def _some(names: Sequence[str], limit: int = 5) -> str:

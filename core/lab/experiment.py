@@ -74,6 +74,7 @@ from ..models import CompactionRecord, CompactionTier, SessionState
 from ..options import keyword_plugins
 from ..pricing import DEFAULT_PRICES, Cost, PriceTable, call_cost
 from ..validation import check_config_data, config_from_dict, variant_data
+from .replay import METER_NAME, SummarizerMeter
 from .stats import (
     Difference,
     Estimate,
@@ -223,6 +224,10 @@ class ExperimentCompactor(ProgressiveCompactor):
     session's variant, built on first use. Every variant's compactor shares this compactor's
     state store, so the variant stored with a session's state is seen by all of them.
 
+    Records are the ones a ``ProgressiveCompactor`` writes, with one addition: a summarizer that
+    reports no token counts (the offline one) has them estimated, as a replay does, so that the
+    records of live traffic price the summarizer as ``compactor ab replay`` does.
+
     A session's variant is decided at its first turn: the variant stored in its state if there is
     one, else the hash of the experiment's salt and the session id, which is then saved into the
     state (compare-and-set, so two workers starting the same session agree). ``experiment`` is an
@@ -325,6 +330,9 @@ class ExperimentCompactor(ProgressiveCompactor):
                 if compactor is None:
                     config = self.experiment.variant(name).config
                     compactor = ProgressiveCompactor(config, session_id=self.session_id, extra_plugins=self._shared)
+                    # A summarizer that reports no tokens has them estimated into the record, as
+                    # in a replay: live records and replays price the summarizer alike.
+                    compactor.pm.register(SummarizerMeter(compactor.hooks.estimate_tokens), name=METER_NAME)
                     self._variants[name] = compactor
         return compactor
 
@@ -419,6 +427,8 @@ class ExperimentCompactor(ProgressiveCompactor):
 
 # --- per-session metrics: one definition for replays and records ------------------------------
 
+DEFAULT_EFFECT = 0.10
+"""The smallest difference in cost worth detecting (a share of the control's mean), unless told."""
 COST_DEFINITION = (
     "per LLM call: uncached view tokens × input + cached prefix × cached input + summarizer tokens "
     "in × summarizer input + out × summarizer output; the agent's own answer is left out (unknown "
@@ -614,7 +624,12 @@ class Comparison:
     rows: tuple[Row, ...]
     alpha: float = 0.05
     sample_sizes: Mapping[str, SampleSize | None] = attrs.field(factory=dict)
-    """Per variant but the control: sessions needed to detect the difference in cost."""
+    """Per variant but the control: sessions needed to detect the observed difference in cost."""
+    effect: float = 0.10
+    """The smallest difference in cost worth detecting, as a share of the control's mean."""
+    target_sample_sizes: Mapping[str, SampleSize | None] = attrs.field(factory=dict)
+    """Per variant but the control: sessions needed to detect ``effect``, and the power this
+    comparison had to detect it (an unpaired comparison below 80 % is underpowered)."""
 
     def row(self, metric: str) -> Row:
         return next(r for r in self.rows if r.metric == metric)
@@ -633,9 +648,11 @@ def compare(
     effect: float | None = None,
 ) -> Comparison:
     """The comparison from ``{variant: {session: metrics}}`` against ``control`` (default: the
-    first variant), as the module docstring describes. ``effect`` (a share of the control's mean
-    cost, 0.05 for 5 %) is the difference sample sizes are computed for, instead of the observed
-    one."""
+    first variant), as the module docstring describes. Sample sizes are given for the observed
+    difference in cost and for ``effect`` (a share of the control's mean cost, default
+    :data:`DEFAULT_EFFECT`), the smallest difference worth detecting: an unpaired comparison is
+    underpowered when it had less than 80 % power to detect that."""
+    effect = DEFAULT_EFFECT if effect is None else effect
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     variants = list(per_variant)
@@ -647,6 +664,7 @@ def compare(
     ordered = [chosen] + [v for v in variants if v != chosen]
     rows = []
     sizes: dict[str, SampleSize | None] = {}
+    targets: dict[str, SampleSize | None] = {}
     for metric in METRIC_LIST:
         values = {v: _values(per_variant[v], metric.key) for v in ordered}
         summaries = {
@@ -670,11 +688,13 @@ def compare(
             else:
                 t, c = list(other.values()), list(base.values())
                 diffs[v] = welch_t(t, c, alpha) if t and c else None
-            if metric.key == "cost":
-                d = diffs[v]
-                sizes[v] = (
-                    sample_size(list(other.values()), list(base.values()), d, relative_effect=effect) if d else None
-                )
+            d = diffs[v]
+            if metric.key == "cost" and d is not None:
+                t, c = list(other.values()), list(base.values())
+                sizes[v] = sample_size(t, c, d)
+                targets[v] = sample_size(t, c, d, relative_effect=effect)
+            elif metric.key == "cost":
+                sizes[v] = targets[v] = None
         rows.append(Row(metric.key, metric.label, metric.kind, summaries, diffs, saturated))
     return Comparison(
         chosen,
@@ -683,6 +703,8 @@ def compare(
         tuple(rows),
         alpha,
         sizes,
+        effect,
+        targets,
     )
 
 
@@ -728,11 +750,14 @@ def comparison_to_dict(comparison: Comparison) -> dict[str, Any]:
             for row in comparison.rows
         },
         "sample_sizes": {v: size(s) for v, s in comparison.sample_sizes.items()},
+        "effect": comparison.effect,
+        "target_sample_sizes": {v: size(s) for v, s in comparison.target_sample_sizes.items()},
     }
 
 
 __all__ = [
     "COST_DEFINITION",
+    "DEFAULT_EFFECT",
     "METRICS",
     "METRIC_LIST",
     "Comparison",

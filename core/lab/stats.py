@@ -291,7 +291,8 @@ class SampleSize:
 
     @property
     def underpowered(self) -> bool:
-        """An unpaired comparison with less than 80 % power for the effect."""
+        """An unpaired comparison with less than 80 % power for ``effect`` (meaningful for an
+        effect chosen beforehand; the power for the observed difference says little)."""
         return not self.paired and (self.power is None or self.power < POWER)
 
 
