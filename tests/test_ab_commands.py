@@ -155,7 +155,7 @@ def test_live_records_are_compared_unpaired_with_sample_sizes_and_a_warning(tmp_
         f"warning: one-threshold against default is unpaired and underpowered: with {n['one-threshold']} and "
         f"{n['default']} sessions it had a {power} chance of detecting a 10 % difference in cost" in out
     )
-    assert f"to detect a 10 % difference: about {size['per_variant']:,} sessions per variant" in out
+    assert f"to detect a 10 % difference, about {size['per_variant']:,} sessions per variant" in out
     # another smallest difference worth detecting
     given = run_json("ab", "report", records, "-e", experiment, "--effect", "50")
     assert given["target_sample_sizes"]["one-threshold"]["relative_effect"] == pytest.approx(0.5)

@@ -224,6 +224,9 @@ def _tables(comparison: Any) -> list[Any]:
                 verdict += f" ({_p(d.p)})"
             if d.test != (cost.test if cost is not None else d.test):
                 verdict += f", {d.test}"
+            target = comparison.target_sample_sizes.get(v)
+            if row.metric == "cost" and target is not None and target.underpowered:
+                verdict += "; underpowered"
             ci = _ci(row.metric, row.kind, d.low, d.high, True)
             diff.add_row(row.label, _num(row.metric, row.kind, d.mean, True), ci, relative, verdict)
     return tables
@@ -253,14 +256,14 @@ def _guidance(comparison: Any) -> list[str]:
         def needs(size: Any) -> str:
             if size.per_variant is None:
                 return "cannot be estimated (no spread or no difference)"
-            paired = f"; paired, every session under both: {size.pairs:,}" if size.pairs is not None else ""
+            paired = f" (paired, every session under both: {size.pairs:,})" if size.pairs is not None else ""
             return f"about {size.per_variant:,} sessions per variant{paired}"
 
         seen = f"{_num('cost', 'money', d.mean, True)} USD per session, {_percent(d.relative)}"
         lines.append(
-            f"{v}: a live experiment (each session on one variant) needs, for 80 % power at {level}, to detect "
-            f"the observed difference in cost ({seen}): {needs(observed)}; to detect a {target} difference: "
-            f"{needs(wanted)}."
+            f"{v}: to detect the observed difference in cost ({seen}) with 80 % power at {level}, a live "
+            f"experiment (each session on one variant) needs {needs(observed)}; to detect a {target} "
+            f"difference, {needs(wanted)}."
         )
         if wanted.underpowered:
             power = "an unknown" if wanted.power is None else f"a {wanted.power * 100:.0f} %"
@@ -584,7 +587,10 @@ def report_command(
             "set store-jsonl: {record_none: true} in the base to record every turn."
         )
     sessions = sum(comparison.sessions.values())
-    title = f"{grouped.records:,} records, {sessions} sessions, {'paired' if comparison.paired else 'unpaired'}"
+    how = "paired by session" if comparison.paired else "unpaired (each session under one variant)"
+    title = f"{grouped.records:,} records, {sessions} sessions, {how}"
+    if experiment_ref:
+        title = f"{experiment.name}: {title}"
     print_comparison(comparison, title=title, prices=prices, prices_source=source, notes=notes)
 
 
