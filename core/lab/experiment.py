@@ -38,8 +38,9 @@ view at the input price, the cached prefix at the cached-input price, and the su
 in and out at the summarizer's prices. The agent's own answer is left out: it is unknown live, and
 on a replayed transcript it is the same under every variant. In a replay, a summarizer that reports
 no tokens (the offline one) has them estimated and written into the record
-(:class:`~progressive_compactor.lab.replay.SummarizerMeter`), so the records of a replay price
-exactly as the replay does.
+(:class:`~progressive_compactor.lab.replay.SummarizerMeter`), and so does
+:class:`ExperimentCompactor` live: records price every summary alike, and the records of a replay
+price exactly as the replay does.
 
 Statistics (:func:`compare`). Per variant: the mean per session with a Student-t confidence
 interval, and the total over sessions. Per variant against the control: the difference of means
@@ -53,7 +54,9 @@ retention, sessions with an overflow) differ in percentage points. A retention c
 100 % for every session under every variant is *saturated*: it cannot tell the variants apart,
 and is reported as such rather than as a tie or a win. For cost, :class:`SampleSize` says how many
 sessions per variant a live experiment (each session on one variant) needs to detect the observed
-difference, or a given one, with 80 % power, and whether an unpaired comparison had that power.
+difference, and the smallest difference worth detecting (``effect``, 10 % of the control's mean
+unless told), with 80 % power; an unpaired comparison without that power for the latter is
+underpowered. The tests are in :mod:`progressive_compactor.lab.stats`.
 """
 
 from __future__ import annotations
@@ -256,7 +259,8 @@ class ExperimentCompactor(ProgressiveCompactor):
         self.experiment = exp
         state_name = self.config.plugins.state
         # The variants use this compactor's state store itself: one place for every session's variant.
-        self._shared: list[tuple[str, Any]] = [(state_name, self.pm.get_plugin(state_name)), *extra]
+        store = self.pm.get_plugin(state_name)
+        self._shared: list[tuple[str, Any]] = [*([(state_name, store)] if store is not None else []), *extra]
         self._variants: dict[str, ProgressiveCompactor] = {}
         self._assigned: dict[str, str] = {}
         self._lock = threading.Lock()
