@@ -410,7 +410,7 @@ class ProgressiveCompactor:
         if cache.boundary_matches(state):
             return state, []
         cache.forget_view()
-        fresh = SessionState(version=state.version + 1)
+        fresh = SessionState(version=state.version + 1, variant=state.variant)  # the variant is for life
         errors: list[str] = []
         self._save_state(sid, fresh, errors)
         reason = "session state did not match this history (another history under the same session id?); started over"

@@ -94,7 +94,9 @@ class VariantSpec:
     """A bundled config name or a YAML path (relative to the experiment's file); default: the base."""
     overrides: dict[str, Any] = attrs.field(factory=dict)
     """Laid over the variant's config. ``context_window`` and ``pricing`` are the experiment's own
-    and may not differ between variants."""
+    and may not differ between variants; ``data_dir``, the state store and the record stores (with
+    their blocks) are the base's, so that every worker finds a session's variant and every record
+    lands in one place."""
 
 
 @attrs.frozen
@@ -106,7 +108,9 @@ class ExperimentSpec:
     control: str | None = None
     """Differences are reported against this variant (default: the first)."""
     salt: str | None = None
-    """Hashed with the session id to assign a variant to a new session (default: ``name``)."""
+    """Hashed with the session id to place a *new* session (default: ``name``). A session keeps
+    the variant it was given at its first turn (stored with its state) whatever the salt, the
+    name or the weights become."""
 
 
 @attrs.frozen

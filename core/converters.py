@@ -117,7 +117,12 @@ config_converter = make_config_converter()
 _FIELD_MARK = "\x00field:"
 
 
+_PROBLEMS_MARK = "\x00problems:"
+
+
 def _format(exc: BaseException, kind: Any) -> str:
+    if isinstance(exc, ConfigError):  # a Config class's own check of several settings at once
+        return _PROBLEMS_MARK + "\x00".join(exc.problems)
     if isinstance(exc, SettingError):
         return f"{exc}{_FIELD_MARK}{exc.field}" if exc.field else str(exc)
     if isinstance(exc, ForbiddenExtraKeysError):
@@ -128,6 +133,15 @@ def _format(exc: BaseException, kind: Any) -> str:
             for key in sorted(exc.extra_fields)
         )
     return format_exception(exc, kind)
+
+
+def _lines(line: str) -> list[str]:
+    """The problems of one line of ``transform_error``: a ConfigError raised by a Config class
+    gives each of its problems, with the block's path where it names none."""
+    if not line.startswith(_PROBLEMS_MARK):
+        return [_with_field(line)]
+    body, _, path = line[len(_PROBLEMS_MARK) :].rpartition(" @ ")
+    return [p if " @ $" in p else f"{p} @ {path}" for p in body.split("\x00")]
 
 
 def _with_field(line: str) -> str:
@@ -146,8 +160,10 @@ def structure_config(data: Any, cls: type[T], path: str = "$") -> T:
     try:
         return config_converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:
-        problems = [_with_field(line) for line in transform_error(exc, path=path, format_exception=_format)]
-        raise ConfigError(problems) from exc
+        lines = transform_error(exc, path=path, format_exception=_format)
+        raise ConfigError([p for line in lines for p in _lines(line)]) from exc
+    except ConfigError:
+        raise
     except SettingError as exc:
         where = f"{path}.{exc.field}" if exc.field else path
         raise ConfigError([f"{exc} @ {where}"]) from exc

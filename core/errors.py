@@ -31,6 +31,11 @@ class ConfigError(CompactorError):
         where = f"{source}: " if source else ""
         super().__init__(where + "; ".join(self.problems))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its problems, not its message: an error raised in a worker process (``ab
+        # replay`` with several workers) arrives whole, not as the letters of its message.
+        return (type(self), (self.problems, self.source))
+
 
 class PluginError(CompactorError):
     """A plugin could not be found, imported or started. ``plugin`` names it, ``distribution``

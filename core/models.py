@@ -242,6 +242,9 @@ class SessionState:
     :data:`MAX_DROPPED_HANDLES`)."""
     version: int = 0
     """Bumped by every save; a state store saves only over the version before it."""
+    variant: str | None = None
+    """The A/B variant the session was assigned at its first turn (``ExperimentCompactor``); kept
+    for the session's life, whatever later happens to the experiment's weights or name."""
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import attrs
 
@@ -132,7 +132,7 @@ def check_config_data(
     if selection_readable:
         problems += plugin_problems(config, extra_plugins or {})
     if config.experiment is not None:
-        problems += experiment_problems(config, data, directory, extra_plugins)
+        problems += experiment_problems(config, data, directory, extra_plugins, known=problems)
     return config, problems
 
 
@@ -185,10 +185,37 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _placement_overrides(name: str, spec: VariantSpec, base: CompactorConfig, where: str) -> list[str]:
+    """A variant's overrides of where things live: the data folder, the state store, the record
+    stores and their blocks belong to the base, so that every worker finds a session's variant
+    in its state and every variant's records land in one place."""
+    why = "every variant keeps the base's, so that a session's variant and records are found in one place"
+    overrides = spec.overrides
+    problems = []
+    for key in ("data_dir", "variant"):
+        if key in overrides:
+            reason = why if key == "data_dir" else "it is the variant's name"
+            problems.append(f"a variant may not set {key}: {reason} @ {where}.{key}")
+    plugins = _mapping(overrides.get("plugins"))
+    for role in ("state", "stores"):
+        if role in plugins:
+            problems.append(f"a variant may not choose plugins.{role}: {why} @ {where}.plugins.{role}")
+    blocks = _mapping(overrides.get("config"))
+    for plugin in (base.plugins.state, *base.plugins.stores):
+        if plugin in blocks:
+            problems.append(f"a variant may not change the block of {plugin!r}: {why} @ {where}.config.{plugin}")
+    return problems
+
+
 def experiment_problems(
-    config: CompactorConfig, data: Mapping[str, Any], directory: Path | None, extra: Mapping[str, Any] | None
+    config: CompactorConfig,
+    data: Mapping[str, Any],
+    directory: Path | None,
+    extra: Mapping[str, Any] | None,
+    known: Sequence[str] = (),
 ) -> list[str]:
-    """Problems of the ``experiment`` section and of every variant's config."""
+    """Problems of the ``experiment`` section and of every variant's config (a variant's problem
+    that the base has too, ``known``, is said once, for the base)."""
     spec = config.experiment
     assert spec is not None
     problems = []
@@ -204,6 +231,7 @@ def experiment_problems(
                     f"a variant may not set {key}: every variant is compared at the experiment's own "
                     f"{key}; set it once, outside the experiment section @ {where}.{name}.overrides.{key}"
                 )
+        problems += _placement_overrides(name, v, config, f"{where}.{name}.overrides")
     if spec.variants and sum(v.weight for v in spec.variants.values() if v.weight >= 0) <= 0:
         problems.append(f"at least one variant needs a weight above 0 @ {where}")
     if spec.control is not None and spec.control not in spec.variants:
@@ -218,7 +246,7 @@ def experiment_problems(
             problems += [f"{p} (variant {name!r}) @ {where}.{name}.config" for p in exc.problems]
             continue
         _, found = check_config_data(vdata, directory=directory, extra_plugins=extra)
-        problems += [f"variant {name!r} (from {source}): {p}" for p in found]
+        problems += [f"variant {name!r} (from {source}): {p}" for p in found if p not in known]
     return problems
 
 
@@ -260,17 +288,27 @@ def config_file_problems(name_or_path: str | os.PathLike[str]) -> list[str]:
         config = load_config(name_or_path)
     except ConfigError as exc:
         return exc.problems + _start_problems(name_or_path, exc.problems)
-    try:
-        pm = get_plugin_manager(config)
-    except ConfigError as exc:
-        return exc.problems
-    except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
-        return [f"{type(exc).__name__}: {exc}"]
-    for _, plugin in pm.list_name_plugin():
-        closer = getattr(plugin, "close", None)
-        if callable(closer):
-            closer()
-    return []
+    configs: list[tuple[str, CompactorConfig]] = [("", config)]
+    if config.experiment is not None:  # every variant's plugins must start too
+        data, _, directory = read_config_data(name_or_path)
+        for name, spec in config.experiment.variants.items():
+            vdata, source = variant_data(name, spec, data, directory)
+            configs.append((f"variant {name!r} (from {source}): ", config_from_dict(vdata, directory=directory)))
+    problems: list[str] = []
+    for prefix, each in configs:
+        try:
+            pm = get_plugin_manager(each)
+        except ConfigError as exc:
+            problems += [prefix + p for p in exc.problems if prefix + p not in problems and p not in problems]
+            continue
+        except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
+            problems.append(f"{prefix}{type(exc).__name__}: {exc}")
+            continue
+        for _, plugin in pm.list_name_plugin():
+            closer = getattr(plugin, "close", None)
+            if callable(closer):
+                closer()
+    return problems
 
 
 def _start_problems(name_or_path: str | os.PathLike[str], found: list[str]) -> list[str]:

@@ -81,18 +81,30 @@ class CostPolicy:
         min_trigger_tokens: int = 4000
         """Never compact for cost below this many tokens (a small view is cheap to re-read)."""
 
+        def __attrs_post_init__(self) -> None:
+            # Checked with the block, so that every way of loading a config (a variant of an
+            # experiment included) rejects it: 50/60/75/90 would mean "never compact".
+            values = {name: getattr(self, name) for name in TIERS}
+            if any(v > 1 for v in values.values()):
+                raise ConfigError(
+                    [
+                        f"thresholds are shares of the window (0.70 for 70 %), got {v}; did you mean {v / 100:g}? "
+                        f"@ $.config.policy-cost.{name}"
+                        for name, v in values.items()
+                        if v > 1
+                    ]
+                )
+            if not 0 < self.warn <= self.soft <= self.full <= self.emergency:
+                raise ConfigError(
+                    [
+                        "thresholds must satisfy 0 < warn <= soft <= full <= emergency <= 1, got "
+                        f"{self.warn}/{self.soft}/{self.full}/{self.emergency} @ $.config.policy-cost"
+                    ]
+                )
+
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
-        self.config = c = config or self.Config()
+        self.config = config or self.Config()
         self.context = context or PluginContext()
-        values = [getattr(c, name) for name in TIERS]
-        if any(v > 1 for v in values) or not 0 < c.warn <= c.soft <= c.full <= c.emergency:
-            raise ConfigError(
-                [
-                    "thresholds are shares of the window (0.70 for 70 %) and must satisfy "
-                    f"0 < warn <= soft <= full <= emergency <= 1, got {c.warn}/{c.soft}/{c.full}/{c.emergency} "
-                    "@ $.config.policy-cost"
-                ]
-            )
         self._growth: dict[str, tuple[int, float]] = {}
         """session -> (the last view's tokens, the average growth a turn)."""
         self._lock = threading.Lock()

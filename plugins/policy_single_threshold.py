@@ -27,22 +27,24 @@ class SingleThresholdPolicy:
         tier: str = "full"
         """``none``, ``warn``, ``soft``, ``full`` or ``emergency``."""
 
+        def __attrs_post_init__(self) -> None:
+            # Checked with the block, so that every way of loading a config rejects it.
+            problems = []
+            if self.tier not in _TIERS:
+                problems.append(
+                    f"unknown tier {self.tier!r}; use one of {', '.join(_TIERS)} @ $.config.policy-single-threshold.tier"
+                )
+            if not 0 <= self.threshold <= 1:
+                hint = f"; did you mean {self.threshold / 100:g}?" if self.threshold > 1 else ""
+                problems.append(
+                    f"threshold is a share of the window between 0 and 1, got {self.threshold}{hint} "
+                    "@ $.config.policy-single-threshold.threshold"
+                )
+            if problems:
+                raise ConfigError(problems)
+
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
-        problems = []
-        if self.config.tier not in _TIERS:
-            problems.append(
-                f"unknown tier {self.config.tier!r}; use one of {', '.join(_TIERS)} "
-                "@ $.config.policy-single-threshold.tier"
-            )
-        if not 0 <= self.config.threshold <= 1:
-            hint = f"; did you mean {self.config.threshold / 100:g}?" if self.config.threshold > 1 else ""
-            problems.append(
-                f"threshold is a share of the window between 0 and 1, got {self.config.threshold}{hint} "
-                "@ $.config.policy-single-threshold.threshold"
-            )
-        if problems:
-            raise ConfigError(problems)
         self.tier = _TIERS[self.config.tier]
 
     @hookimpl(trylast=True)

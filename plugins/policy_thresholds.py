@@ -21,25 +21,30 @@ class ThresholdPolicy:
         full: float = 0.80
         emergency: float = 0.95
 
+        def __attrs_post_init__(self) -> None:
+            # Checked with the block, so that every way of loading a config (a variant of an
+            # experiment included) rejects it: 50/60/75/90 would mean "never compact".
+            c = self
+            values = [getattr(c, name) for name in TIERS]
+            if any(v > 1 for v in values):
+                raise ConfigError(
+                    [
+                        f"thresholds are shares of the window (0.70 for 70 %), got {getattr(c, n)}; did you mean "
+                        f"{getattr(c, n) / 100:g}? @ $.config.policy-thresholds.{n}"
+                        for n in TIERS
+                        if getattr(c, n) > 1
+                    ]
+                )
+            if not 0 < c.warn <= c.soft <= c.full <= c.emergency:
+                raise ConfigError(
+                    [
+                        "thresholds must satisfy 0 < warn <= soft <= full <= emergency <= 1, got "
+                        f"{c.warn}/{c.soft}/{c.full}/{c.emergency} @ $.config.policy-thresholds"
+                    ]
+                )
+
     def __init__(self, config: Config | None = None):
-        self.config = c = config or self.Config()
-        values = [getattr(c, name) for name in TIERS]
-        if any(v > 1 for v in values):
-            raise ConfigError(
-                [
-                    f"thresholds are shares of the window (0.70 for 70 %), got {getattr(c, n)}; did you mean "
-                    f"{getattr(c, n) / 100:g}? @ $.config.policy-thresholds.{n}"
-                    for n in TIERS
-                    if getattr(c, n) > 1
-                ]
-            )
-        if not 0 < c.warn <= c.soft <= c.full <= c.emergency:
-            raise ConfigError(
-                [
-                    "thresholds must satisfy 0 < warn <= soft <= full <= emergency <= 1, got "
-                    f"{c.warn}/{c.soft}/{c.full}/{c.emergency} @ $.config.policy-thresholds"
-                ]
-            )
+        self.config = config or self.Config()
 
     @hookimpl(trylast=True)
     def determine_tier(self, ratio: float, context_window: int) -> CompactionTier:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from progressive_compactor.lab.experiment import (
     assign_variant,
     bootstrap_ci,
     compare,
+    comparison_to_dict,
     experiment_from_config,
     load_experiment,
     metrics_from_records,
@@ -75,12 +77,15 @@ def test_a_zero_weight_variant_is_never_assigned_and_the_salt_reshuffles():
 
 def test_bundled_ab_example():
     e = load_experiment("ab-example")
-    assert e.names == ["one-threshold", "progressive", "masking"] and e.control == "one-threshold"
+    assert e.names == ["default", "cache-aware", "one-threshold"] and e.control == "default"
     assert {v.config.context_window for v in e.variants} == {32_000}  # shared with the base
     assert all(v.config.variant == v.name for v in e.variants)
     assert e.variant("one-threshold").config.plugins.policy == "policy-single-threshold"
-    assert e.variant("progressive").config.plugins.policy == "policy-cost"  # the default's
-    assert {e.assign(f"s{i}") for i in range(300)} == {"one-threshold", "progressive"}  # masking: weight 0
+    assert e.variant("default").config.plugins.policy == "policy-cost"  # the code default
+    # every variant keeps the base's state store and record store with its block
+    assert {v.config.plugins.state for v in e.variants} == {"state-files"}
+    assert all(v.config.plugin_block("store-jsonl")["record_none"] is True for v in e.variants)
+    assert {e.assign(f"s{i}") for i in range(300)} == {"default", "cache-aware"}  # one-threshold: weight 0
     from_config = experiment_from_config(load_config("ab-example"))
     assert from_config.names == e.names and from_config.assign("s1") == e.assign("s1")
 
@@ -223,69 +228,249 @@ def test_compare_pairs_sessions_and_puts_the_control_first():
 
 
 def test_metrics_from_records():
-    def record(sid, variant, tier, after, cached, window=1000):
+    def record(sid, variant, tier, after, cached, window=1000, before=None, n=0):
         return CompactionRecord(
-            id=sid + str(after),
+            id=f"{sid}-{after}-{n}",
             session_id=sid,
             timestamp="t",
             tier=tier,
-            tokens_before=after,
+            tokens_before=after if before is None else before,
             tokens_after=after,
             msgs_before=1,
             msgs_after=1,
             variant=variant,
             cache_stable_prefix_tokens=cached,
             context_window=window,
+            summarizer_tokens_in=100 if tier is CompactionTier.FULL else 0,
+            summarizer_tokens_out=10 if tier is CompactionTier.FULL else 0,
+            summarizer_calls=1 if tier is CompactionTier.FULL else 0,
         )
 
     records = [
         record("s1", "a", CompactionTier.NONE, 500, 0),
-        record("s1", "a", CompactionTier.WARN, 1200, 500),
-        record("s2", "b", CompactionTier.FULL, 300, 0),
+        record("s1", "a", CompactionTier.WARN, 1200, 500),  # a Warn that changed nothing
+        record("s1", "a", CompactionTier.WARN, 900, 500, before=1300, n=1),  # one that did
+        record("s2", "b", CompactionTier.FULL, 300, 0, before=1100),
     ]
     metrics = metrics_from_records(records)
-    assert metrics[("a", "s1")]["peak_tokens"] == 1200 and metrics[("a", "s1")]["overflows"] == 1
-    assert metrics[("a", "s1")]["compactions"] == 1 and metrics[("a", "s1")]["cached_share"] == 500 / 1700
-    assert metrics[("a", "s1")]["cost"] == pytest.approx((1200 * 3.0 + 500 * 0.3) / 1e6)
-    assert metrics[("b", "s2")]["retention_request"] is None
+    a, b = metrics[("a", "s1")], metrics[("b", "s2")]
+    assert a["peak_tokens"] == 1200 and a["overflow_turns"] == 1 and a["overflow_sessions"] == 1
+    assert a["compactions"] == 1  # only the turn that changed the view
+    assert a["cached_share"] == 1000 / 2600
+    assert a["cost"] == pytest.approx((500 * 3.0 + 700 * 3.0 + 500 * 0.3 + 400 * 3.0 + 500 * 0.3) / 1e6)
+    # the summarizer is part of the cost, at the summarizer's prices
+    assert b["cost"] == pytest.approx((300 * 3.0 + 100 * 3.0 + 10 * 15.0) / 1e6)
+    assert b["summarizer_tokens"] == 110 and b["overflow_sessions"] == 0
+    assert b["retention_request"] is None and b["invalid_views"] is None
 
 
-# --- the commands -----------------------------------------------------------------------------
+# --- validation of the experiment section -------------------------------------------------------
 
 
-def test_ab_replay_then_ab_report(tmp_path):
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "config: {policy-cost: {warn: 50, soft: 60, full: 75, emergency: 90}}\nexperiment: {variants: {a: {}}}\n",
+            "thresholds are shares of the window (0.70 for 70 %), got 50.0; did you mean 0.5? "
+            "@ $.config.policy-cost.warn",
+        ),
+        (
+            "experiment:\n  variants:\n    a: {}\n"
+            "    b: {overrides: {plugins: {policy: policy-thresholds},\n"
+            "        config: {policy-thresholds: {warn: 50, soft: 60, full: 75, emergency: 90}}}}\n",
+            "variant 'b' (from base): thresholds are shares of the window (0.70 for 70 %), got 90.0; "
+            "did you mean 0.9? @ $.config.policy-thresholds.emergency",
+        ),
+        (
+            "experiment:\n  variants:\n    a: {}\n    a: {weight: 2}\n",
+            "invalid YAML at line 4, column 5: duplicate key 'a' (first on line 3); each key may appear once",
+        ),
+        (
+            "experiment: {variants: {a: {}, b: {overrides: {pricing: {input: 1.0}}}}}\n",
+            "a variant may not set pricing: every variant is compared at the experiment's own pricing; set it "
+            "once, outside the experiment section @ $.experiment.variants.b.overrides.pricing",
+        ),
+        (
+            "experiment: {variants: {a: {}, b: {overrides: {context_window: 8000}}}}\n",
+            "@ $.experiment.variants.b.overrides.context_window",
+        ),
+        (
+            "experiment: {variants: {a: {}, b: {overrides: {data_dir: /elsewhere}}}}\n",
+            "a variant may not set data_dir: every variant keeps the base's, so that a session's variant and "
+            "records are found in one place @ $.experiment.variants.b.overrides.data_dir",
+        ),
+        (
+            "experiment: {variants: {a: {}, b: {overrides: {plugins: {state: state-files}}}}}\n",
+            "a variant may not choose plugins.state: every variant keeps the base's, so that a session's "
+            "variant and records are found in one place @ $.experiment.variants.b.overrides.plugins.state",
+        ),
+        (
+            "experiment: {variants: {a: {}, b: {overrides: {config: {store-jsonl: {record_none: true}}}}}}\n",
+            "@ $.experiment.variants.b.overrides.config.store-jsonl",
+        ),
+        (
+            "experiment: {variants: {a: {}, b: {overrides: {config: {policy-single-threshold: {threshold: 80}}, "
+            "plugins: {policy: policy-single-threshold}}}}}\n",
+            "variant 'b' (from base): threshold is a share of the window between 0 and 1, got 80.0; did you "
+            "mean 0.8? @ $.config.policy-single-threshold.threshold",
+        ),
+    ],
+    ids=[
+        "percent-base",
+        "percent-variant",
+        "duplicate-variant",
+        "variant-prices",
+        "variant-window",
+        "variant-data-dir",
+        "variant-state",
+        "variant-store-block",
+        "percent-single",
+    ],
+)
+def test_a_broken_experiment_is_rejected_at_load_time_and_by_config_check(tmp_path, text, expected):
     from progressive_compactor.cli.app import cli as main
 
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for name, sizes in (("one", [3000] * 10), ("two", [2500] * 12)):
-        history = build_history(sizes, id_prefix=f"{name}_")
-        history.append({"role": "assistant", "content": "Done."})
-        (corpus / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in history), "utf-8")
-    records = tmp_path / "records"
-    runner = CliRunner()
-    out = runner.invoke(
-        main, ["ab", "replay", str(corpus), "-e", "ab-example", "-w", "8000", "--records-dir", str(records), "--json"]
+    path = write(tmp_path, "exp.yaml", text)
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert any(expected in p for p in info.value.problems), info.value.problems
+    checked = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert checked.exit_code == 1
+    assert expected in checked.stdout
+
+
+def test_a_problem_of_the_base_is_said_once_not_once_more_per_variant(tmp_path):
+    path = write(
+        tmp_path,
+        "exp.yaml",
+        "min_tail_messages: -1\nexperiment: {variants: {a: {}, b: {overrides: {offload_threshold: 10}}}}\n",
     )
-    assert out.exit_code == 0, out.output
-    data = json.loads(out.stdout)
-    assert data["control"] == "one-threshold" and data["sessions"] == {
-        "one-threshold": 2,
-        "progressive": 2,
-        "masking": 2,
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert info.value.problems == ["min_tail_messages must be 0 or more, got -1 @ $.min_tail_messages"]
+
+
+def test_config_check_starts_every_variants_plugins(tmp_path, monkeypatch):
+    from progressive_compactor.cli.app import cli as main
+
+    monkeypatch.delenv("COMPACTOR_TEST_UNSET_KEY", raising=False)
+    path = write(
+        tmp_path,
+        "exp.yaml",
+        """
+        experiment:
+          variants:
+            a: {}
+            b:
+              overrides:
+                plugins: {summarizer: summarize-openai}
+                config: {summarize-openai: {api_key_env: COMPACTOR_TEST_UNSET_KEY}}
+        """,
+    )
+    checked = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert checked.exit_code == 1
+    assert "variant 'b' (from base): summarize-openai reads its API key from the environment variable" in checked.stdout
+    assert "COMPACTOR_TEST_UNSET_KEY, which is not set" in checked.stdout
+
+
+def test_a_config_error_crosses_a_process_boundary_whole():
+    import pickle
+
+    error = ConfigError(["thresholds are shares of the window @ $.config.policy-thresholds.warn"], "exp.yaml")
+    again = pickle.loads(pickle.dumps(error))
+    assert again.problems == error.problems and again.source == "exp.yaml"
+    assert str(again) == "exp.yaml: thresholds are shares of the window @ $.config.policy-thresholds.warn"
+
+
+# --- the t distribution and the tests (reference values from scipy.stats) ---------------------
+
+
+def test_t_quantiles_and_p_values_match_the_reference():
+    from progressive_compactor.lab.experiment import t_quantile, t_two_sided_p
+
+    for df, expected in ((1, 12.70620474), (4, 2.77644511), (10, 2.22813885), (21, 2.07961384)):
+        assert t_quantile(0.975, df) == pytest.approx(expected, rel=1e-8)
+    assert t_two_sided_p(2.5, 7.3) == pytest.approx(0.03965023466560043, rel=1e-9)
+    assert t_two_sided_p(0.0, 5) == pytest.approx(1.0)
+
+
+def test_paired_and_welch_t_tests_match_the_reference():
+    from progressive_compactor.lab.experiment import paired_t, welch_t
+
+    paired = paired_t([2, 4, 6, 8, 10], [1, 2, 3, 4, 5])
+    assert paired.p == pytest.approx(0.01323559956368269, rel=1e-9) and paired.df == 4
+    assert (paired.low, paired.high) == pytest.approx((1.0367568385224428, 4.963243161477557), rel=1e-9)
+    assert paired.significant and paired.verdict == "significant: higher" and paired.relative == 1.0
+    welch = welch_t([1, 2, 3, 4, 5], [2, 4, 6, 8, 10])
+    assert welch.p == pytest.approx(0.10753119493062728, rel=1e-9)
+    assert welch.df == pytest.approx(5.882352941176471)
+    assert not welch.significant and welch.verdict == "not significant" and not welch.paired
+    assert welch.low < 0 < welch.high  # the interval agrees with the test
+
+
+def test_the_interval_excludes_zero_exactly_when_the_test_is_significant():
+    import random
+
+    from progressive_compactor.lab.experiment import paired_t, welch_t
+
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randrange(3, 30)
+        control = [rng.uniform(0.1, 2.0) for _ in range(n)]
+        treatment = [c * rng.uniform(0.7, 1.2) for c in control]
+        for d in (paired_t(treatment, control), welch_t(treatment, control)):
+            assert d.significant == (d.high < 0 or d.low > 0)
+
+
+def test_degenerate_differences_have_a_plain_verdict():
+    from progressive_compactor.lab.experiment import paired_t, welch_t
+
+    assert paired_t([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]).verdict == "no difference"
+    assert paired_t([2.0, 3.0], [1.0, 2.0]).verdict == "significant: higher"  # +1 on every session
+    assert paired_t([2.0], [1.0]).verdict == "too few sessions"
+    assert welch_t([2.0], [1.0, 1.5]).verdict == "too few sessions"
+
+
+def test_sample_size_follows_the_normal_formula():
+    from progressive_compactor.lab.experiment import sample_size, welch_t
+
+    control = [0.0, 2.0] * 10  # sd ≈ 1.026
+    treatment = [0.5, 2.5] * 10
+    d = welch_t(treatment, control)
+    size = sample_size(treatment, control, d)
+    variance = statistics.variance(control)
+    z = statistics.NormalDist().inv_cdf(0.975) + statistics.NormalDist().inv_cdf(0.8)
+    assert size.per_variant == math.ceil(2 * z * z * variance / 0.25)
+    expected_power = statistics.NormalDist().cdf(0.5 / d.se - statistics.NormalDist().inv_cdf(0.975))
+    assert size.observed and size.underpowered and size.power == pytest.approx(expected_power)
+    assert 0.3 < size.power < 0.4
+    wanted = sample_size(treatment, control, d, relative_effect=0.5)  # half the control's mean: 0.5
+    assert not wanted.observed and wanted.effect == pytest.approx(0.5) and wanted.per_variant == size.per_variant
+
+
+def test_compare_reports_shares_totals_relative_differences_and_saturation():
+    def session(cost, retained, overflowed):
+        return {
+            "cost": cost,
+            "overflow_turns": 2.0 if overflowed else 0.0,
+            "overflow_sessions": 1.0 if overflowed else 0.0,
+            "retention_request": 1.0,
+            "retention_errors": retained,
+        }
+
+    per_variant = {
+        "old": {f"s{i}": session(1.0 + i, 1.0, i == 0) for i in range(4)},
+        "new": {f"s{i}": session(0.8 * (1.0 + i), 0.5 if i == 0 else 1.0, False) for i in range(4)},
     }
-    assert data["metrics"]["invalid_views"]["means"]["progressive"] == 0
-    assert data["metrics"]["cost"]["differences"]["progressive"]["paired"] is True
-    assert set(data["per_session"]["masking"]) == {"one", "two"}
-
-    report = runner.invoke(main, ["ab", "report", str(records), "-e", "ab-example", "--json"])
-    assert report.exit_code == 0, report.output
-    live = json.loads(report.stdout)
-    assert live["sessions"] == data["sessions"] and live["cost_covers_every_turn"] is True
-    for variant in data["variants"]:  # the same peaks, from the records alone
-        assert live["metrics"]["peak_tokens"]["means"][variant] == data["metrics"]["peak_tokens"]["means"][variant]
-
-    table = runner.invoke(main, ["ab", "report", str(records), "--control", "progressive"])
-    assert table.exit_code == 0, table.output
-    header = table.output.split("billed cost")[0]
-    assert "(control)" in header and header.index("progressive") < header.index("masking")
+    comparison = compare(per_variant, "old")
+    cost = comparison.row("cost")
+    assert cost.summaries["old"].total == 10.0 and cost.summaries["new"].total == pytest.approx(8.0)
+    assert cost.differences["new"].relative == pytest.approx(-0.2) and cost.differences["new"].significant
+    sessions = comparison.row("overflow_sessions")
+    assert sessions.summaries["old"].total == 1 and sessions.differences["new"].mean == -0.25
+    assert comparison.row("retention_request").saturated  # 100 % everywhere
+    assert not comparison.row("retention_errors").saturated  # 50 % once: a real difference
+    data = comparison_to_dict(comparison)
+    assert data["metrics"]["retention_request"]["differences"]["new"]["verdict"] == "saturated"
+    assert data["sample_sizes"]["new"]["paired"] is True and data["alpha"] == 0.05

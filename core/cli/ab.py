@@ -1,18 +1,21 @@
 """``compactor ab``: A/B comparisons of compaction policies, on recorded sessions or live records.
 
-``compactor ab replay CORPUS_DIR --experiment FILE`` replays every session under every variant
-(in parallel across processes) and prints, per metric, each variant's mean and each variant's
-paired per-session difference from the control with a bootstrap 95 % confidence interval.
-``compactor ab report RECORDS_DIR`` prints the same table from the CompactionRecords live traffic
-wrote (retention needs transcripts, so it is shown only by ``ab replay``).
+``compactor ab replay CORPUS_DIR --experiment FILE`` replays every session under every variant (in
+parallel across processes) and compares each variant with the control, paired by session.
+``compactor ab report RECORDS_DIR`` compares the variants from the CompactionRecords that live
+traffic (or ``ab replay --records-dir``) wrote. Both compute cost the same way from the same
+record fields with the experiment's price table, and print the same tables (retention and invalid
+views need transcripts, so only ``ab replay`` has them). The method is
+:mod:`progressive_compactor.lab.experiment`'s.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import click
 
@@ -20,26 +23,48 @@ from ..errors import CompactorError
 from ..hookspecs import hookimpl
 
 
-def replay_job(path: str, session_id: str, variant: str, config: Any, records_dir: str | None) -> dict[str, Any]:
+def replay_job(
+    path: str, session_id: str, variant: str, config: Any, records_dir: str | None, prices: Any = None
+) -> dict[str, Any]:
     """Replay one session under one variant in a fresh compactor and temporary folder.
 
+    With ``records_dir``, the run's records (every turn, tier None included) replace
+    ``records_dir/VARIANT/SESSION.jsonl``, so that running the replay again never doubles them.
     Module level, so that a process pool can run it; returns plain data.
     """
+    import attrs
+
     from ..compactor import ProgressiveCompactor
     from ..lab.experiment import metrics_from_replay
     from ..lab.replay import isolated_config, read_session, replay_session
 
     messages = read_session(path)
     with tempfile.TemporaryDirectory(prefix="compactor-ab-") as tmp:
-        cfg = isolated_config(config, Path(tmp), Path(records_dir) if records_dir else None)
+        cfg = isolated_config(config, Path(tmp))
+        if records_dir:  # every turn recorded, so that the records' cost covers every turn
+            block = {**cfg.plugin_block("store-jsonl"), "record_none": True}
+            cfg = attrs.evolve(cfg, config={**cfg.config, "store-jsonl": block})
         with ProgressiveCompactor(cfg) as compactor:
             result = replay_session(messages, compactor, session_id)
+        if records_dir:
+            _keep_records(Path(tmp) / "records", Path(records_dir), variant)
     return {
         "session": session_id,
         "variant": variant,
-        "metrics": metrics_from_replay(result),
+        "metrics": metrics_from_replay(result, prices or config.pricing),
         "problems": list(result.invalid_view_problems),
     }
+
+
+def _keep_records(source: Path, records_dir: Path, variant: str) -> None:
+    """Move a replay's record files into ``records_dir/VARIANT/``, each replacing its older run."""
+    from ..storage import read_private, safe_name, write_private
+
+    target = records_dir / safe_name(variant)
+    for file in sorted(source.glob("*.jsonl")):
+        data = read_private(file, source)
+        if data is not None:
+            write_private(target / file.name, data, records_dir)
 
 
 def run_experiment(
@@ -55,7 +80,8 @@ def run_experiment(
     ``progress(done, total)`` is called whenever a session has finished under all variants.
     With ``workers`` > 1 the replays run in a process pool.
     """
-    jobs = [(str(f), f.stem, v.name, v.config, records_dir) for f in files for v in experiment.variants]
+    prices = experiment.prices
+    jobs = [(str(f), f.stem, v.name, v.config, records_dir, prices) for f in files for v in experiment.variants]
     results: dict[str, dict[str, dict[str, float | None]]] = {v.name: {} for v in experiment.variants}
     remaining = {f.stem: len(experiment.variants) for f in files}
     done = 0
@@ -84,46 +110,214 @@ def run_experiment(
     return results
 
 
+def check_variants_start(experiment: Any) -> None:
+    """Start every variant's plugins once, here, so that a variant that cannot start says why
+    before any worker runs (:class:`CompactorError` names the variant)."""
+    from ..compactor import ProgressiveCompactor
+    from ..lab.replay import isolated_config
+
+    for variant in experiment.variants:
+        with tempfile.TemporaryDirectory(prefix="compactor-ab-") as tmp:
+            try:
+                ProgressiveCompactor(isolated_config(variant.config, Path(tmp))).close()
+            except CompactorError as exc:
+                raise CompactorError(f"variant {variant.name!r}: {exc}") from exc
+
+
 # --- rendering --------------------------------------------------------------------------------
 
+_TOKENS = ("peak_tokens", "summarizer_tokens")
 
-def _fmt(metric: str, value: float | None, signed: bool = False) -> str:
-    if value is None:
+
+def _num(metric: str, kind: str, value: float | None, signed: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     sign = "+" if signed else ""
-    if metric == "cost":
-        return f"{value:{sign}.4f}"
-    if metric.startswith("retention") or metric == "cached_share":
-        return f"{value * 100:{sign}.1f}%"
-    if metric in ("overflows", "invalid_views", "summarizer_calls", "compactions"):
-        return f"{value:{sign}.2f}"
-    return f"{value:{sign},.0f}"
+    if kind == "money":
+        text = f"{value:{sign}.4f}"
+    elif kind in ("share", "retention"):
+        text = f"{value * 100:{sign}.1f}" + (" pp" if signed else " %")
+    elif metric in _TOKENS:
+        text = f"{value:{sign},.0f}"
+    else:
+        text = f"{value:{sign},.2f}"
+    return text.replace("-", "−")
 
 
-def comparison_table(comparison: Any, title: str) -> Any:
+def _ci(metric: str, kind: str, low: float | None, high: float | None, signed: bool) -> str:
+    if low is None or high is None:
+        return "-"
+    return f"[{_num(metric, kind, low, signed)}, {_num(metric, kind, high, signed)}]"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f} %".replace("-", "−")
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "p < 0.0001" if value < 0.0001 else f"p = {value:.4f}"
+
+
+def _level(alpha: float) -> str:
+    return f"{(1 - alpha) * 100:g} %"
+
+
+def _tables(comparison: Any) -> list[Any]:
+    """One table per variant with its values, then one per variant against the control: a
+    variant's name is a title, so it is never cut, however narrow the terminal."""
+    from rich import box
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, title_justify="left")
-    table.add_column("metric (mean per session)")
+    level = _level(comparison.alpha)
+    width = max(len(row.label) for row in comparison.rows)
+    tables: list[Any] = []
+
+    def table(title: str) -> Any:
+        t = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, 1, 0, 0),
+        )
+        t.add_column("metric", no_wrap=True, min_width=width)
+        tables.append(Text(title, style="bold"))  # a title wraps at the console's width, not the table's
+        tables.append(t)
+        return t
+
     for v in comparison.variants:
-        marker = " (control)" if v == comparison.control else ""
-        table.add_column(f"{v}{marker}\nn={comparison.sessions[v]}", justify="right")
+        role = " (control)" if v == comparison.control else ""
+        per = table(f"{v}{role}: mean per session, {level} CI, total over sessions")
+        per.add_column("n", justify="right", no_wrap=True)
+        per.add_column("mean", justify="right", no_wrap=True)
+        per.add_column(f"{level} CI", justify="right", no_wrap=True)
+        per.add_column("total", justify="right", no_wrap=True)
+        for row in comparison.rows:
+            s = row.summaries[v]
+            if not s.n:
+                continue
+            total = "" if s.total is None else _total(row, s.total)
+            ci = _ci(row.metric, row.kind, s.low, s.high, False)
+            per.add_row(row.label, str(s.n), _num(row.metric, row.kind, s.mean), ci, total)
     for v in comparison.variants[1:]:
-        table.add_column(f"{v} − {comparison.control}\n[95% CI]", justify="right")
-    for row in comparison.rows:
-        cells = [row.label] + [_fmt(row.metric, row.means[v]) for v in comparison.variants]
-        for v in comparison.variants[1:]:
-            e = row.differences.get(v)
-            if e is None:
-                cells.append("-")
-            else:
-                paired = "" if e.paired else " (unpaired)"
-                cells.append(
-                    f"{_fmt(row.metric, e.mean, True)} [{_fmt(row.metric, e.low, True)}, "
-                    f"{_fmt(row.metric, e.high, True)}]{paired}"
-                )
-        table.add_row(*cells)
-    return table
+        cost = comparison.row("cost").differences.get(v)
+        test = f"{cost.test} on {cost.n} sessions" if cost is not None and cost.paired else ""
+        if cost is not None and not cost.paired:
+            test = f"{cost.test} on {cost.n} and {cost.n_control} sessions"
+        diff = table(f"{v} against {comparison.control} (control): {test}, two-sided, level α = {comparison.alpha:g}")
+        diff.add_column("difference", justify="right", no_wrap=True)
+        diff.add_column(f"{level} CI", justify="right", no_wrap=True)
+        diff.add_column("relative", justify="right", no_wrap=True)
+        diff.add_column("verdict (p-value)", min_width=12)
+        for row in comparison.rows:
+            d = row.differences.get(v)
+            if d is None:
+                continue
+            if row.saturated:
+                diff.add_row(row.label, "saturated", "", "", "no verdict")
+                continue
+            relative = _percent(d.relative) if row.kind in ("money", "count") else ""
+            verdict = d.verdict
+            if d.p is not None and d.verdict != "no difference":
+                verdict += f" ({_p(d.p)})"
+            if d.test != (cost.test if cost is not None else d.test):
+                verdict += f", {d.test}"
+            target = comparison.target_sample_sizes.get(v)
+            if row.metric == "cost" and target is not None and target.underpowered:
+                verdict += "; underpowered"
+            ci = _ci(row.metric, row.kind, d.low, d.high, True)
+            diff.add_row(row.label, _num(row.metric, row.kind, d.mean, True), ci, relative, verdict)
+    return tables
+
+
+def _total(row: Any, total: float) -> str:
+    if row.kind == "money":
+        return _num(row.metric, row.kind, total)
+    return f"{total:,.0f}"  # turns, calls, tokens, sessions: whole numbers
+
+
+def _guidance(comparison: Any) -> list[str]:
+    """Sample sizes for cost (the observed difference, and the smallest one worth detecting),
+    and a warning for each unpaired comparison without the power to detect the latter."""
+    lines = []
+    level = f"α = {comparison.alpha:g}"
+    target = f"{comparison.effect * 100:g} %"
+    cost = comparison.row("cost")
+    for v in comparison.variants[1:]:
+        observed = comparison.sample_sizes.get(v)
+        wanted = comparison.target_sample_sizes.get(v)
+        d = cost.differences.get(v)
+        if observed is None or wanted is None or d is None:
+            lines.append(f"{v}: too few sessions to say how many a live experiment needs.")
+            continue
+
+        def needs(size: Any) -> str:
+            if size.per_variant is None:
+                return "cannot be estimated (no spread or no difference)"
+            paired = f" (paired, every session under both: {size.pairs:,})" if size.pairs is not None else ""
+            return f"about {size.per_variant:,} sessions per variant{paired}"
+
+        seen = f"{_num('cost', 'money', d.mean, True)} USD per session, {_percent(d.relative)}"
+        lines.append(
+            f"{v}: to detect the observed difference in cost ({seen}) with 80 % power at {level}, a live "
+            f"experiment (each session on one variant) needs {needs(observed)}; to detect a {target} "
+            f"difference, {needs(wanted)}."
+        )
+        if wanted.underpowered:
+            power = "an unknown" if wanted.power is None else f"a {wanted.power * 100:.0f} %"
+            more = f" About {wanted.per_variant:,} sessions per variant are needed." if wanted.per_variant else ""
+            lines.append(
+                f"warning: {v} against {comparison.control} is unpaired and underpowered: with {d.n} and "
+                f"{d.n_control} sessions it had {power} chance of detecting a {target} difference in cost; "
+                f"its confidence intervals are wide and even the sign of its difference may be wrong.{more} "
+                "(--effect sets the difference; 'ab replay' on recorded sessions pairs them.)"
+            )
+    return lines
+
+
+def _prices_line(prices: Any, source: str) -> str:
+    fields = [
+        ("input", prices.input),
+        ("cached input", prices.cached_input),
+        ("summarizer input", prices.summarizer_input),
+        ("summarizer output", prices.summarizer_output),
+    ]
+    if prices.cache_write is not None:
+        fields.insert(1, ("cache write", prices.cache_write))
+    text = ", ".join(f"{name} {value:.2f}" for name, value in fields)
+    return f"Prices ({source}, USD per million tokens): {text}."
+
+
+def print_comparison(
+    comparison: Any, *, title: str, prices: Any, prices_source: str, notes: Sequence[str] = ()
+) -> None:
+    from ..lab.experiment import COST_DEFINITION
+
+    console = _console()
+    console.print(title, markup=False, highlight=False)
+    console.print(_prices_line(prices, prices_source), markup=False)
+    console.print(f"Cost: {COST_DEFINITION}.", markup=False)
+    for part in _tables(comparison):
+        if not hasattr(part, "columns"):  # a title
+            console.print()
+        console.print(part)
+    console.print()
+    saturated = [row.label for row in comparison.rows if row.saturated]
+    if saturated:
+        console.print(
+            f"Saturated ({', '.join(saturated)}): 100 % for every session under every variant, so these "
+            "probes cannot tell the variants apart; not a win for anyone.",
+            markup=False,
+        )
+    console.print(
+        "Overflows count the turns whose view exceeded the window, and the sessions with any; compactions "
+        "count only the turns that changed the view.",
+        markup=False,
+    )
+    for line in [*_guidance(comparison), *notes]:
+        console.print(line, markup=False)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -138,6 +332,34 @@ def register_commands(cli: Any) -> None:
 
 
 # --- commands ---------------------------------------------------------------------------------
+
+
+def _load(experiment_ref: str, control: str | None) -> Any:
+    from ..lab.experiment import load_experiment
+
+    try:
+        experiment = load_experiment(experiment_ref)
+        return experiment.with_control(control) if control else experiment
+    except CompactorError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+_ALPHA = click.option(
+    "--alpha",
+    type=click.FloatRange(min=0.0001, max=0.5),
+    default=0.05,
+    show_default=True,
+    help="Significance level of the tests; the confidence intervals are at 1 − alpha.",
+)
+_EFFECT = click.option(
+    "--effect",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Smallest difference in cost worth detecting, in % of the control's: sample sizes are given "
+    "for it and for the observed one, and an unpaired comparison without 80 % power for it is flagged.",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 
 
 @click.group(short_help="A/B experiments: compare compaction policies.")
@@ -158,6 +380,7 @@ def ab() -> None:
     required=True,
     help="Experiment YAML (path or bundled name, e.g. ab-example).",
 )
+@click.option("--control", help="Variant to compare against (default: the experiment's control).")
 @click.option(
     "--context-window", "-w", type=click.IntRange(min=1), help="Context window for every variant (overrides the file)."
 )
@@ -168,40 +391,45 @@ def ab() -> None:
 @click.option(
     "--records-dir",
     type=click.Path(file_okay=False),
-    help="Keep the replays' records here (for 'compactor ab report').",
+    help="Keep every turn's record here, one folder per variant (for 'compactor ab report'); a rerun replaces them.",
 )
-@click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@_ALPHA
+@_EFFECT
+@_JSON
 def replay_command(
     corpus_dir: str,
     experiment_ref: str,
+    control: str | None,
     context_window: int | None,
     workers: int,
     limit: int | None,
     records_dir: str | None,
-    resamples: int,
-    seed: int,
+    alpha: float,
+    effect: float,
     as_json: bool,
 ) -> None:
     """Replay every session (*.jsonl) of CORPUS_DIR under every variant of the experiment.
 
-    Prints each variant's mean per session, and each variant's paired per-session difference
-    from the control with a bootstrap 95 % confidence interval, for billed cost, peak view
-    tokens, overflows, invalid views and retention per category.
+    Every session runs under every variant, so each variant is compared with the control by a
+    paired t-test on the per-session differences: per metric, each variant's mean per session with
+    its confidence interval and total, the difference from the control with its interval, relative
+    to the control, its p-value and verdict. Cost is the same as 'ab report' computes from records,
+    with the experiment's prices (printed). Sample sizes say how many sessions a live experiment
+    would need to see the same difference.
 
     \b
-    Example: compactor ab replay examples/sessions -e ab-example -w 16000 --limit 2
+    Example: compactor ab replay examples/sessions -e ab-example -w 16000 --control cache-aware
     """
-    from ..lab.experiment import compare, comparison_to_dict, load_experiment
+    from ..lab.experiment import compare, comparison_to_dict
     from ..lab.replay import session_files
 
+    experiment = _load(experiment_ref, control)
     try:
-        experiment = load_experiment(experiment_ref)
+        if context_window:
+            experiment = experiment.with_overrides(context_window=context_window)
+        check_variants_start(experiment)
     except CompactorError as exc:
         raise click.ClickException(str(exc)) from exc
-    if context_window:
-        experiment = experiment.with_overrides(context_window=context_window)
     files = session_files(corpus_dir)[: limit or None]
     if not files:
         raise click.ClickException(f"{corpus_dir}: no *.jsonl session files")
@@ -221,22 +449,41 @@ def replay_command(
         transient=True,
     ) as bar:
         task = bar.add_task("sessions", total=len(files))
-        results = run_experiment(
-            experiment,
-            files,
-            workers=workers,
-            records_dir=records_dir,
-            progress=lambda done, total: bar.update(task, completed=done),
-        )
-    comparison = compare(results, experiment.control, resamples=resamples, seed=seed)
-    window = experiment.variants[0].config.context_window
+        try:
+            results = run_experiment(
+                experiment,
+                files,
+                workers=workers,
+                records_dir=records_dir,
+                progress=lambda done, total: bar.update(task, completed=done),
+            )
+        except CompactorError as exc:
+            raise click.ClickException(str(exc)) from exc
+    relative = effect / 100
+    comparison = compare(results, experiment.control, alpha=alpha, effect=relative)
+    window = experiment.base.context_window
     if as_json:
         data = comparison_to_dict(comparison)
-        data.update(experiment=experiment.name, context_window=window, per_session=results)
+        data.update(
+            experiment=experiment.name,
+            context_window=window,
+            paired=comparison.paired,
+            prices=_prices_dict(experiment.prices),
+            cost_definition=_cost_definition(),
+            per_session=results,
+        )
         click.echo(json.dumps(data, default=str))
         return
-    title = f"{experiment.name}: {len(files)} sessions × {len(experiment.variants)} variants, window {window:,} tokens"
-    _console().print(comparison_table(comparison, title))
+    title = (
+        f"{experiment.name}: {len(files)} sessions replayed under each of {len(experiment.variants)} variants, "
+        f"window {window:,} tokens"
+    )
+    print_comparison(
+        comparison,
+        title=title,
+        prices=experiment.prices,
+        prices_source="the experiment's",
+    )
 
 
 @ab.command("report", short_help="The same comparison from records written by live traffic.")
@@ -245,56 +492,123 @@ def replay_command(
 @click.option(
     "--control", help="Variant to compare against (default: the experiment's control, else the first by name)."
 )
-@click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@_ALPHA
+@_EFFECT
+@_JSON
 def report_command(
-    records_dir: str, experiment_ref: str | None, control: str | None, resamples: int, seed: int, as_json: bool
+    records_dir: str,
+    experiment_ref: str | None,
+    control: str | None,
+    alpha: float,
+    effect: float,
+    as_json: bool,
 ) -> None:
     """Compare variants from the JSONL records under RECORDS_DIR (searched recursively).
 
-    Cost here is the input side only (records hold no model answers), and covers every turn
-    only when the store kept tier-None records (store-jsonl: {record_none: true}). Sessions
-    seen under one variant only are compared as independent samples ("unpaired").
+    Cost is computed as 'ab replay' computes it, from the same record fields, with the
+    experiment's prices (the defaults without -e; printed). Records are de-duplicated by id. A
+    session whose records in one folder name two variants (its variant changed mid-session) is
+    left out and counted. Sessions seen under one variant only (live traffic) are compared by
+    Welch's t-test, with sample-size guidance and a warning when the comparison is underpowered.
+    Cost covers every turn only when tier-None turns were recorded (store-jsonl: {record_none: true}).
 
     \b
     Example: compactor ab report ab-records -e ab-example   (after: ab replay ... --records-dir ab-records)
     """
     from ..converters import read_records_file
-    from ..lab.experiment import compare, comparison_to_dict, load_experiment, metrics_from_records
-    from ..models import CompactionTier
+    from ..lab.experiment import compare, comparison_to_dict, group_records, metrics_from_records
+    from ..pricing import DEFAULT_PRICES
 
-    prices = None
+    prices, source = DEFAULT_PRICES, "the defaults; pass -e for the experiment's"
     if experiment_ref:
-        try:
-            experiment = load_experiment(experiment_ref)
-        except CompactorError as exc:
-            raise click.ClickException(str(exc)) from exc
-        prices = experiment.base.pricing
+        experiment = _load(experiment_ref, None)
+        prices, source = experiment.prices, "the experiment's"
         control = control or experiment.control
-    records = [r for path in sorted(Path(records_dir).rglob("*.jsonl")) for r in read_records_file(path)]
-    if not records:
-        raise click.ClickException(f"{records_dir}: no records in *.jsonl files")
-    per_key = metrics_from_records(records, prices)
+    root = Path(records_dir)
+    files = sorted(root.rglob("*.jsonl"))
+    grouped = group_records((str(path.parent.relative_to(root)), read_records_file(path)) for path in files)
+    if not grouped.sessions:
+        raise click.ClickException(f"{records_dir}: no records to compare in *.jsonl files")
+    per_key = metrics_from_records(grouped, prices)
     per_variant: dict[str, dict[str, Any]] = {}
     for (variant, session), metrics in sorted(per_key.items()):
         per_variant.setdefault(variant, {})[session] = metrics
     if control is not None and control not in per_variant:
         raise click.ClickException(f"no records of control variant {control!r}; found: {', '.join(per_variant)}")
-    comparison = compare(per_variant, control, resamples=resamples, seed=seed)
-    partial = not any(r.tier is CompactionTier.NONE for r in records)
+    relative = effect / 100
+    comparison = compare(per_variant, control, alpha=alpha, effect=relative)
+    partial = sorted(v for v, every in grouped.every_turn.items() if not every)
+    unpriced = sum(
+        1
+        for sessions in grouped.sessions.values()
+        for recs in sessions.values()
+        for r in recs
+        if r.summarizer_calls and not (r.summarizer_tokens_in or r.summarizer_tokens_out)
+    )
     if as_json:
         data = comparison_to_dict(comparison)
-        data.update(records=len(records), cost_covers_every_turn=not partial)
+        data.update(
+            records=grouped.records,
+            duplicates_ignored=grouped.duplicates,
+            excluded_mixed_variants=list(grouped.mixed),
+            excluded_several_runs=list(grouped.conflicting),
+            cost_covers_every_turn=not partial,
+            turns_with_unpriced_summaries=unpriced,
+            variants_without_every_turn=partial,
+            paired=comparison.paired,
+            prices=_prices_dict(prices),
+            prices_source=source,
+            cost_definition=_cost_definition(),
+            per_session=per_variant,
+        )
         click.echo(json.dumps(data, default=str))
         return
-    title = f"{len(records):,} records, {sum(comparison.sessions.values())} sessions"
-    _console().print(comparison_table(comparison, title))
-    if partial:
-        _console(stderr=True).print(
-            "note: no tier-None records, so cost counts compaction turns only; "
-            "set store-jsonl: {record_none: true} to record every turn."
+    notes = []
+    if grouped.duplicates:
+        notes.append(f"{grouped.duplicates:,} records seen twice (same id) were counted once.")
+    if grouped.mixed:
+        notes.append(
+            f"{len(grouped.mixed)} sessions left out: their records name more than one variant "
+            f"({_some(grouped.mixed)})."
         )
+    if grouped.conflicting:
+        notes.append(
+            f"{len(grouped.conflicting)} sessions left out: recorded under one variant in several folders "
+            f"(two runs?) ({_some(grouped.conflicting)})."
+        )
+    if unpriced:
+        notes.append(
+            f"note: {unpriced:,} turns called the summarizer without token counts in their record; their "
+            "summarizer cost is not counted (ExperimentCompactor and replays estimate them)."
+        )
+    if partial:
+        notes.append(
+            f"note: no tier-None records for {', '.join(partial)}, so cost counts compaction turns only; "
+            "set store-jsonl: {record_none: true} in the base to record every turn."
+        )
+    sessions = sum(comparison.sessions.values())
+    how = "paired by session" if comparison.paired else "unpaired (each session under one variant)"
+    title = f"{grouped.records:,} records, {sessions} sessions, {how}"
+    if experiment_ref:
+        title = f"{experiment.name}: {title}"
+    print_comparison(comparison, title=title, prices=prices, prices_source=source, notes=notes)
 
 
-__all__ = ["ab", "register_commands", "replay_job", "run_experiment"]
+def _some(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _prices_dict(prices: Any) -> dict[str, Any]:
+    import attrs
+
+    return attrs.asdict(prices)
+
+
+def _cost_definition() -> str:
+    from ..lab.experiment import COST_DEFINITION
+
+    return COST_DEFINITION
+
+
+__all__ = ["ab", "check_variants_start", "register_commands", "replay_job", "run_experiment"]

@@ -137,8 +137,10 @@ class ReplayResult:
 class SummarizerMeter:
     """A hook wrapper around ``summarize``: times every call and estimates its tokens.
 
-    Registered on the compactor's plugin manager by :func:`replay_session`; it changes nothing
-    the summarizer returns.
+    Registered on the compactor's plugin manager by :func:`replay_session`. It changes nothing
+    the summarizer returns but the token counts a summarizer did not report: those are filled in
+    with the estimates, so that the record of the turn carries them, and a replay's records price
+    exactly as the replay does (``compactor ab report`` on them agrees with ``ab replay``).
     """
 
     def __init__(self, estimate: Callable[[Sequence[Message]], list[int]]):
@@ -159,24 +161,39 @@ class SummarizerMeter:
         started = time.perf_counter()
         try:
             result = yield
-            self._count(request, result)
+            result = self._count(request, result)
         finally:  # the meter's own estimates count as the summarizer's time, not the compactor's
             self.seconds += time.perf_counter() - started
             self.calls += 1
         return result
 
-    def _count(self, request: SummaryRequest, result: Any) -> None:
+    def _count(self, request: SummaryRequest, result: Any) -> Any:
+        """Add what ``request`` would be billed for to the totals. A result without the
+        provider's counts gets these estimates, so its record carries what the replay bills."""
         delta = isinstance(result, SummaryResult) and result.delta
+        cached = 0
         if request.view:  # cache-friendly: the view again (mostly cached), then the instruction
             view = sum(self.estimate(request.view))
             instruction = self.estimate([Message(role="user", content=build_instruction(request, delta=delta))])[0]
-            self.tokens_in += view + instruction
-            self.tokens_in_cached += min(self.cached_prefix, view)
+            tokens_in = view + instruction
+            cached = min(self.cached_prefix, view)
         else:
             prompt = build_prompt(request, delta=delta)
-            self.tokens_in += self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
+            tokens_in = self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
+        tokens_out = 0
         if isinstance(result, SummaryResult) and result.text:
-            self.tokens_out += self.estimate([Message(role="assistant", content=result.text)])[0]
+            tokens_out = self.estimate([Message(role="assistant", content=result.text)])[0]
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.tokens_in_cached += cached
+        if isinstance(result, SummaryResult) and (result.tokens_in is None or result.tokens_out is None):
+            result = attrs.evolve(
+                result,
+                tokens_in=tokens_in if result.tokens_in is None else result.tokens_in,
+                tokens_out=tokens_out if result.tokens_out is None else result.tokens_out,
+                tokens_in_cached=cached if result.tokens_in is None else result.tokens_in_cached,
+            )
+        return result
 
 
 def _meter(compactor: Any) -> SummarizerMeter:
