@@ -52,6 +52,7 @@ BUILTIN_PLUGINS = (
     "anchors-markdown",
     "fallback-token-budget",
     "offload-files",
+    "otel",
     "policy-single-threshold",
     "policy-thresholds",
     "state-files",
@@ -67,6 +68,7 @@ BUILTIN_PLUGINS = (
     "tier-summarize-head",
     "tier-warn",
     "tokens-chars",
+    "tokens-tiktoken",
 )
 """Every plugin this distribution declares; a test checks the installed metadata says the same."""
 
