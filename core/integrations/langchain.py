@@ -63,6 +63,7 @@ from .common import (
     OnRecord,
     Outcome,
     is_compaction_message,
+    log,
     read_tool_result,
 )
 
@@ -241,8 +242,8 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             writer(
                 {"progressive_compactor": {"record": record_to_dict(outcome.record), "notice": notice(outcome.record)}}
             )
-        except Exception:  # noqa: BLE001 - outside a streamed run there is nobody to tell
-            pass
+        except Exception as exc:  # noqa: BLE001 - outside a streamed run there is nobody to tell
+            log.debug("no stream to write the record to: %s", exc)
 
     def _usage(self, outcome: Outcome, response: Any) -> None:
         messages = response.result if isinstance(response, ModelResponse) else [response]
