@@ -301,7 +301,7 @@ class _Session:
 
 
 def _starts_with(messages: Sequence[Any], prefix: Sequence[Any]) -> bool:
-    return bool(prefix) and len(messages) >= len(prefix) and all(a is b for a, b in zip(messages, prefix))
+    return bool(prefix) and len(messages) >= len(prefix) and all(a is b for a, b in zip(messages, prefix, strict=False))
 
 
 class HistoryCompactor:
