@@ -276,3 +276,14 @@ def test_usage_anchors_the_session_and_records_reach_the_stream(make_compactor):
     assert records[0].token_correction == 1.0 and records[1].token_correction == pytest.approx(1.3, abs=0.01)
     assert records[1].tier is not CompactionTier.NONE  # 1.3 × the estimate passes the Warn share
     assert all(r.session_id == "fixed" for r in records)
+
+
+def test_the_example_runs_offline():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "langchain_agent.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "Context compressed" in out.stdout + out.stderr
+    assert "final answer: Fixed: the tests pass." in out.stdout

@@ -322,3 +322,14 @@ def test_usage_anchors_the_session(make_compactor):
     assert records[-1].token_correction == pytest.approx(1.3, abs=0.02)
     assert records[-1].tier is not CompactionTier.NONE
     assert json.dumps([r.session_id for r in records]) == json.dumps(["u", "u"])
+
+
+def test_the_example_runs_offline():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "openai_agents_agent.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "Context compressed" in out.stdout + out.stderr
+    assert "final answer: Fixed: the tests pass." in out.stdout

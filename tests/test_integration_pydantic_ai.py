@@ -322,3 +322,14 @@ def test_the_capability_helper(make_compactor):
     replayer = Replayer(None, 100_000)
     result = Agent(FunctionModel(replayer), capabilities=[capability(compactor)]).run_sync("hello")
     assert result.output == FINAL_ANSWER
+
+
+def test_the_example_runs_offline():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "pydantic_ai_agent.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "Context compressed" in out.stdout + out.stderr
+    assert "final answer: Fixed: the tests pass." in out.stdout
