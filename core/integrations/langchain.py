@@ -182,7 +182,7 @@ def read_tool_result_tool(compactor: ProgressiveCompactor) -> StructuredTool:
 # --- the middleware ---------------------------------------------------------------------------
 
 
-class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class CompactionMiddleware(AgentMiddleware):
     """Compacts the messages of every model call; see the module docstring."""
 
     def __init__(
@@ -228,8 +228,8 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if outcome.failed:
             return request
         ours = {id(d) for d in history}  # the compactor hands unchanged messages back as our own dicts
-        messages = [d[SOURCE] if id(d) in ours else from_dict(d, self.compaction_role) for d in outcome.view]
-        system = None
+        messages: list[Any] = [d[SOURCE] if id(d) in ours else from_dict(d, self.compaction_role) for d in outcome.view]
+        system: SystemMessage | None = None
         if messages and isinstance(messages[0], SystemMessage) and outcome.view[0].get("role") == "system":
             system = messages.pop(0)
         return request.override(system_message=system, messages=messages)

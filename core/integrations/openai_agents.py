@@ -238,7 +238,7 @@ def problems(items: Sequence[Any]) -> list[str]:
 # --- the filter -------------------------------------------------------------------------------
 
 
-class _UsageHooks(RunHooks):  # type: ignore[misc]
+class _UsageHooks(RunHooks):
     def __init__(self, owner: CompactionFilter):
         self.owner = owner
 

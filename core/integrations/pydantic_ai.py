@@ -175,7 +175,7 @@ def from_view(view: Sequence[dict[str, Any]], ours: set[int], compaction_role: s
             all(id(d) in ours for d in group)
             and isinstance(first, tuple)
             and all(isinstance(s, tuple) and s[0] is first[0] for s in sources)
-            and [s[1] for s in sources] == list(range(len(first[0].parts)))
+            and [s[1] for s in sources if s is not None] == list(range(len(first[0].parts)))
         ):
             out.append(first[0])  # the original request, untouched
         else:
