@@ -40,7 +40,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agents import FunctionTool, RunHooks
-from agents.run_config import CallModelData, ModelInputData
+
+try:
+    from agents.run_config import CallModelData, ModelInputData
+except ImportError:  # before the run configuration had a module of its own
+    from agents.run import CallModelData, ModelInputData  # type: ignore[no-redef,attr-defined,unused-ignore]
 
 from ..compactor import ProgressiveCompactor
 from ..notice import notice
