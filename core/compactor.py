@@ -48,6 +48,7 @@ from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
 from .redaction import SecretRegistry, config_secrets
 from .session_cache import SessionCache
 from .tiers import Summarized, TierRunner, TurnWork
+from .usage import UsageAnchors, corrected
 from .validation import config_from_dict, load_config
 
 log = logging.getLogger("progressive_compactor")
@@ -105,6 +106,7 @@ class ProgressiveCompactor:
         )
         self._plugin_names = {role: name for role, name in roles.items() if name != "none"}
         self._tiers = TierRunner(self.config, self.hooks, self.secrets)
+        self._usage = UsageAnchors()
 
     # --- compacting ---------------------------------------------------------------------------
 
@@ -158,6 +160,19 @@ class ProgressiveCompactor:
         start, end = lines
         return "\n".join(text.splitlines()[max(start, 1) - 1 : end])
 
+    def observe_usage(self, session_id: str | None, input_tokens: int) -> float | None:
+        """Tell the compactor the provider's count of the last view it returned for the session.
+
+        ``input_tokens`` is the whole prompt the provider reported for the request that sent that
+        view (OpenAI's ``prompt_tokens``/``input_tokens``; Anthropic's ``input_tokens`` plus its
+        ``cache_creation_input_tokens`` and ``cache_read_input_tokens``). From then on the
+        session's token counts are the estimator's times ``reported ÷ estimated`` (kept between
+        0.25 and 4), so the tiers fire at the real share of the window; the record of every turn
+        says the ratio it applied (``token_correction``). Returns the new ratio, or None when no
+        view was returned for the session yet. See ``progressive_compactor.usage``.
+        """
+        return self._usage.observe(self._session_id(session_id), input_tokens)
+
     def state(self, session_id: str | None = None) -> SessionState:
         """The saved state of a session (an empty state for a new one)."""
         return self.hooks.load_state(session_id or self.session_id) or SessionState()
@@ -174,6 +189,7 @@ class ProgressiveCompactor:
         """Delete a session everywhere (offloads, records, state); returns the errors, if any."""
         sid = session_id or self.session_id
         self._caches.pop(sid, None)
+        self._usage.forget(sid)
         return self.hooks.on_delete_session(sid)
 
     def close(self) -> None:
@@ -252,8 +268,9 @@ class ProgressiveCompactor:
         started = time.perf_counter()
         sid = self._session_id(session_id)
         lost: list[TurnWork] = []  # attempts whose state another turn overtook: their summaries were paid
+        ratio = self._usage.ratio(sid)  # the provider's count over the estimate (1: none reported)
         for attempt in range(1, SAVE_ATTEMPTS + 1):
-            done = yield from self._attempt(history, sid, force, last=attempt == SAVE_ATTEMPTS)
+            done = yield from self._attempt(history, sid, force, ratio, last=attempt == SAVE_ATTEMPTS)
             if not isinstance(done, TurnWork):
                 break
             lost.append(done)
@@ -264,26 +281,33 @@ class ProgressiveCompactor:
             work.tokens_out += earlier.tokens_out
             work.tokens_in_cached += earlier.tokens_in_cached
         cache = self._caches[sid]
-        stable = cache.stable_prefix_tokens(out, after)
-        record = self._record(work, tier, requested, started, before, after, msgs_before, len(out), repairs, stable)
+        stable = corrected(cache.stable_prefix_tokens(out, after), ratio)
+        self._usage.returned(sid, after)
+        before, after = corrected(before, ratio), corrected(after, ratio)
+        record = self._record(
+            work, tier, requested, started, before, after, msgs_before, len(out), repairs, stable, ratio
+        )
         self.hooks.persist_record(record)
         return out, record
 
     def _attempt(
-        self, history: History, sid: str, force: bool, *, last: bool
+        self, history: History, sid: str, force: bool, ratio: float, *, last: bool
     ) -> Generator[SummaryRequest, Summarized, Any]:
         """Compute the view once. When the new state loses its compare-and-set save, return the
         work done and start over (not on the ``last`` attempt, which keeps its view and records
-        that the state was not saved)."""
+        that the state was not saved). The tier is decided on the estimator's counts times
+        ``ratio`` (provider usage anchoring); the counts returned are the estimator's own."""
         window = self.config.context_window
+        tiers = self._tiers if ratio == 1.0 else TierRunner(self.config, self.hooks, self.secrets, ratio)
         cache = self._cache(sid, history)
         state, reset_errors = self._load_state(sid, cache)
         recent = cache.recent(state)
         cache.refresh(state, self._tiers.compaction_message_for(sid))
         tokens_before = cache.system_tokens + cache.compaction_tokens + cache.uncovered_tokens + recent.tokens
         msgs_before = len(cache.head()) + len(cache.uncovered) + len(recent.messages)
-        context = TurnContext(sid, window, tokens_before, msgs_before, len(history), state, force)
-        requested = CompactionTier.EMERGENCY if force else self.hooks.determine_tier(tokens_before, window, context)
+        tokens = corrected(tokens_before, ratio)
+        context = TurnContext(sid, window, tokens, msgs_before, len(history), state, force)
+        requested = CompactionTier.EMERGENCY if force else self.hooks.determine_tier(tokens, window, context)
         work = TurnWork(sid, context, state, [], stable=len(cache.uncovered), compaction=cache.compaction)
         work.errors += reset_errors
         repairs = cache.settled_repairs + recent.repairs
@@ -300,10 +324,11 @@ class ProgressiveCompactor:
                 repairs,
             )
         work.uncovered = cache.uncovered + recent.messages
-        work.counts = cache.uncovered_counts + recent.counts
+        counts = cache.uncovered_counts + recent.counts
+        work.counts = counts if ratio == 1.0 else [corrected(c, ratio) for c in counts]
         if self.config.summary_requests == "cache-friendly":
             work.sent = cache.head() + work.uncovered
-        tier = yield from self._tiers.run(cache, work, requested, tokens_before)
+        tier = yield from tiers.run(cache, work, requested, tokens)
         if work.state is state and not work.rewritten and work.fallback_view is None:  # nothing to do at this tier
             return (
                 cache.unchanged_view(recent),
@@ -315,7 +340,7 @@ class ProgressiveCompactor:
                 msgs_before,
                 repairs,
             )
-        view = self._tiers.assemble(cache, work)
+        view = tiers.assemble(cache, work)
         problems = view_problems(view)
         fixed_view = bool(problems)
         if problems:  # a plugin broke the structure: repair before anything leaves
@@ -332,7 +357,8 @@ class ProgressiveCompactor:
                 if saved is None and not last:
                     return work
         out = [message_to_dict(m) for m in view]
-        tokens_after = sum(self.hooks.estimate_tokens(view)) if fixed_view else self._tiers.view_tokens(cache, work)
+        kept_in_step = not fixed_view and ratio == 1.0  # else the counts are corrected: estimate afresh
+        tokens_after = self._tiers.view_tokens(cache, work) if kept_in_step else sum(self.hooks.estimate_tokens(view))
         return out, work, tier, requested, tokens_before, tokens_after, msgs_before, repairs
 
     def _record(
@@ -347,6 +373,7 @@ class ProgressiveCompactor:
         msgs_after: int,
         repairs: int,
         stable_tokens: int,
+        ratio: float = 1.0,
     ) -> CompactionRecord:
         summarized = tier >= CompactionTier.SOFT
         redact = self.secrets.redact
@@ -380,6 +407,7 @@ class ProgressiveCompactor:
             summarizer_tokens_in_cached=work.tokens_in_cached,
             summarizer_calls=work.summarizer_calls,
             context_window=self.config.context_window,
+            token_correction=round(ratio, 4),
         )
 
     # --- the session's cache and state --------------------------------------------------------

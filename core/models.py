@@ -316,3 +316,6 @@ class CompactionRecord:
     """Of ``summarizer_tokens_in``, those the provider read from its prompt cache."""
     summarizer_calls: int = 0
     context_window: int = 0
+    token_correction: float = 1.0
+    """The session's ratio of the provider's reported count to the estimate, applied to every
+    count of this call (``observe_usage``); 1.0 when no usage was reported."""

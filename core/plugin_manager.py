@@ -54,6 +54,7 @@ BUILTIN_PLUGINS = (
     "anchors-markdown",
     "fallback-token-budget",
     "offload-files",
+    "otel",
     "policy-cost",
     "policy-single-threshold",
     "policy-thresholds",
@@ -70,6 +71,7 @@ BUILTIN_PLUGINS = (
     "tier-summarize-head",
     "tier-warn",
     "tokens-chars",
+    "tokens-tiktoken",
 )
 """Every plugin this distribution declares; a test checks the installed metadata says the same."""
 

@@ -44,6 +44,11 @@ class _SessionBase:
         self.append(message)
         return message
 
+    def observe_usage(self, input_tokens: int) -> float | None:
+        """The provider's reported input tokens for the last view sent: anchors the session's
+        token counts (see :meth:`ProgressiveCompactor.observe_usage`)."""
+        return self.compactor.observe_usage(self.session_id, input_tokens)
+
     @property
     def last_record(self) -> CompactionRecord | None:
         return self.records[-1] if self.records else None

@@ -46,6 +46,7 @@ from .models import (
 from .plugin_manager import Hooks
 from .redaction import SecretRegistry
 from .session_cache import SessionCache
+from .usage import CorrectedHooks, corrected
 
 PLACEHOLDER_CHARS = 1700
 """About the size of an offload placeholder, to judge what an offload saves before doing it."""
@@ -95,10 +96,13 @@ class TurnWork:
 class TierRunner:
     """Carries out tiers for one compactor (its config, hooks and secrets)."""
 
-    def __init__(self, config: CompactorConfig, hooks: Hooks, secrets: SecretRegistry):
+    def __init__(self, config: CompactorConfig, hooks: Hooks, secrets: SecretRegistry, ratio: float = 1.0):
+        """``ratio`` corrects every token count of the turn (provider usage anchoring): the
+        counts in :class:`TurnWork` must be corrected by the caller, the rest is done here."""
         self.config = config
-        self.hooks = hooks
+        self.hooks = hooks if ratio == 1.0 else CorrectedHooks(hooks, ratio)
         self.secrets = secrets
+        self.ratio = ratio
 
     def run(
         self, cache: SessionCache, work: TurnWork, tier: CompactionTier, tokens: int
@@ -378,7 +382,7 @@ class TierRunner:
         if work.fallback_view is not None:
             return sum(self.hooks.estimate_tokens(work.fallback_view))
         compaction = self.hooks.estimate_tokens([work.compaction])[0] if work.compaction is not None else 0
-        return cache.system_tokens + compaction + sum(work.counts)
+        return corrected(cache.system_tokens, self.ratio) + compaction + sum(work.counts)
 
     def assemble(self, cache: SessionCache, work: TurnWork) -> list[Message]:
         """The view as it stands: the fallback's, or system, compaction message and uncovered."""

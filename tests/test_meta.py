@@ -224,3 +224,19 @@ def test_no_text_cites_a_document_the_repository_does_not_have(path):
     text = path.read_text("utf-8")
     cited = [line.strip() for line in text.splitlines() if CITATION.search(line) or GO_NAMES.search(line)]
     assert cited == [], "write the fact instead of citing it"
+
+
+def test_importing_the_library_imports_no_framework_tokenizer_or_telemetry(tmp_path):
+    """The integrations, tiktoken and OpenTelemetry load only when their module or plugin is used."""
+    code = f"""
+import sys
+import progressive_compactor, progressive_compactor.integrations
+from progressive_compactor import ProgressiveCompactor
+from progressive_compactor.testing import build_history
+compactor = ProgressiveCompactor("default", context_window=8000, data_dir={str(tmp_path)!r})
+compactor.compact_with_record(build_history([3000] * 12), "s1")
+heavy = ("langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "openai", "tiktoken", "opentelemetry")
+print(",".join(sorted(m for m in heavy if m in sys.modules)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -1,0 +1,196 @@
+"""What the framework integrations share: one compaction per model call, failing open.
+
+Every integration turns the framework's messages into OpenAI chat dicts, asks the compactor for
+the view, and turns the view back into the framework's messages. This module does the middle:
+
+- :class:`Compaction` runs the compactor (sync or async) on the dicts. Any error of the compactor
+  is caught: the model call goes on with the uncompacted input, a record saying why is handed to
+  the record stores (``errors``: ``compaction failed, sent the uncompacted input: ...``) and
+  logged. A view that is still larger than the window raises
+  :class:`ContextWindowExceededError` (sending it would fail at the provider anyway).
+- Each record is logged (the two-line notice at INFO on the ``progressive_compactor.integrations``
+  logger when a tier was carried out) and passed to ``on_record``, if given.
+- After the model call, the integration reports the provider's input tokens for the view
+  (:meth:`Compaction.observe`), which anchors the session's counts
+  (:meth:`ProgressiveCompactor.observe_usage`); not after a call that sent the uncompacted input.
+
+Every dict the integrations build carries the framework's own message under :data:`SOURCE`: the
+compactor gives unchanged messages back as the very dicts it was given, so the integration gives
+back the framework's very objects (no conversion loss), and for a changed message it starts from
+the original (only the content, or a tool call's arguments, differ).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+
+from ..anchors import COMPACTION_MARKER
+from ..compactor import ProgressiveCompactor
+from ..errors import CompactorError
+from ..messages import message_from_dict, view_problems
+from ..models import CompactionRecord, CompactionTier
+from ..notice import notice
+from ..tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
+
+log = logging.getLogger("progressive_compactor.integrations")
+
+SOURCE = "__framework_message__"
+"""The key under which a dict keeps the framework message it was made from."""
+FAILED_OPEN = "compaction failed, sent the uncompacted input"
+READ_TOOL_NAME: str = READ_TOOL_RESULT_TOOL["function"]["name"]
+READ_TOOL_DESCRIPTION: str = READ_TOOL_RESULT_TOOL["function"]["description"]
+OnRecord = Callable[[CompactionRecord], Any]
+
+
+class ContextWindowExceededError(CompactorError):
+    """The compacted view is still larger than the context window: nothing the compactor may
+    drop is left (the system message, the compaction message and the newest exchange alone are
+    over the window). Raised instead of sending a request the provider would refuse."""
+
+    def __init__(self, record: CompactionRecord):
+        self.record = record
+        super().__init__(
+            f"the compacted view of session {record.session_id!r} is {record.tokens_after} tokens, over the "
+            f"context window of {record.context_window}: the newest messages alone do not fit (raise "
+            "context_window if the model allows more, or shorten what the newest message carries)"
+        )
+
+
+@attrs.frozen
+class Outcome:
+    """One compaction for one model call."""
+
+    view: list[dict[str, Any]]
+    record: CompactionRecord
+    session_id: str
+    failed: bool = False
+    """The compactor failed: ``view`` is the uncompacted input."""
+
+    @property
+    def changed(self) -> bool:
+        return not self.failed and self.record.tier is not CompactionTier.NONE
+
+
+def is_compaction_message(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    return message.get("role") == "user" and isinstance(content, str) and content.startswith(COMPACTION_MARKER)
+
+
+class Compaction:
+    """The compactor as an integration calls it; see the module docstring."""
+
+    def __init__(self, compactor: ProgressiveCompactor, *, on_record: OnRecord | None = None):
+        self.compactor = compactor
+        self.on_record = on_record
+
+    def compact(self, history: Sequence[dict[str, Any]], session_id: str) -> Outcome:
+        try:
+            view, record = self.compactor.compact_with_record(history, session_id)
+        except Exception as exc:  # noqa: BLE001 - fail open: the agent's run must go on
+            return self._failed(history, session_id, exc)
+        return self._done(view, record, session_id)
+
+    async def acompact(self, history: Sequence[dict[str, Any]], session_id: str) -> Outcome:
+        try:
+            view, record = await self.compactor.acompact_with_record(history, session_id)
+        except Exception as exc:  # noqa: BLE001 - fail open: the agent's run must go on
+            return self._failed(history, session_id, exc)
+        return self._done(view, record, session_id)
+
+    def observe(self, outcome: Outcome, input_tokens: int | None) -> None:
+        """The provider counted ``input_tokens`` for the request that carried ``outcome.view``."""
+        if outcome.failed or not input_tokens or input_tokens < 0:
+            return
+        try:
+            self.compactor.observe_usage(outcome.session_id, int(input_tokens))
+        except Exception as exc:  # noqa: BLE001 - usage is advice: never break the run for it
+            log.warning("reporting usage for session %s failed: %s", outcome.session_id, exc)
+
+    def _done(self, view: list[dict[str, Any]], record: CompactionRecord, session_id: str) -> Outcome:
+        outcome = Outcome(view, record, session_id)
+        self._publish(record)
+        if record.tokens_after > record.context_window > 0:
+            raise ContextWindowExceededError(record)
+        return outcome
+
+    def _failed(self, history: Sequence[dict[str, Any]], session_id: str, exc: Exception) -> Outcome:
+        cause = self.compactor.secrets.redact(f"{FAILED_OPEN}: {type(exc).__name__}: {exc}")
+        log.warning("session %s: %s", session_id, cause)
+        record = failure_record(self.compactor, session_id, history, cause)
+        try:
+            self.compactor.hooks.persist_record(record)
+        except Exception as store_exc:  # noqa: BLE001 - the stores are fail-open too
+            log.warning("storing the failure record failed: %s", store_exc)
+        self._publish(record)
+        return Outcome(list(history), record, session_id, failed=True)
+
+    def _publish(self, record: CompactionRecord) -> None:
+        if record.tier is not CompactionTier.NONE:
+            log.info("session %s:\n%s", record.session_id, notice(record))
+        if self.on_record is not None:
+            try:
+                self.on_record(record)
+            except Exception as exc:  # noqa: BLE001 - a callback never breaks the run
+                log.warning("on_record callback failed: %s", exc)
+
+
+def failure_record(
+    compactor: ProgressiveCompactor, session_id: str, history: Sequence[Mapping[str, Any]], cause: str
+) -> CompactionRecord:
+    """The record of a call whose compaction failed: tier None, the input sent as it was."""
+    tokens = 0
+    try:
+        tokens = sum(compactor.hooks.estimate_tokens([message_from_dict(m, i) for i, m in enumerate(history)]))
+    except Exception:  # noqa: BLE001 - a count is a nicety here
+        tokens = sum(len(str(m.get("content") or "")) for m in history) // 4
+    return CompactionRecord(
+        id=secrets.token_hex(16),
+        session_id=session_id,
+        timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        tier=CompactionTier.NONE,
+        tokens_before=tokens,
+        tokens_after=tokens,
+        msgs_before=len(history),
+        msgs_after=len(history),
+        errors=(cause,),
+        variant=compactor.config.variant,
+        plugins={role: name for role, name in compactor.config.plugins.roles().items() if name != "none"},
+        token_method=compactor.config.plugins.roles().get("tokens", ""),
+        context_window=compactor.config.context_window,
+    )
+
+
+def check_view(view: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why a provider would refuse ``view`` (an empty list when it is valid)."""
+    return view_problems([message_from_dict(m, i) for i, m in enumerate(view)])
+
+
+def read_tool_result(compactor: ProgressiveCompactor, handle: str, start_line: int | None, end_line: int | None) -> str:
+    """The read tool's answer, whole or a line range; errors as text the model can read."""
+    arguments: dict[str, Any] = {"handle": handle}
+    if start_line is not None:
+        arguments["start_line"] = start_line
+    if end_line is not None:
+        arguments["end_line"] = end_line
+    return handle_read_tool_call(compactor, arguments)
+
+
+__all__ = [
+    "FAILED_OPEN",
+    "READ_TOOL_DESCRIPTION",
+    "READ_TOOL_NAME",
+    "SOURCE",
+    "Compaction",
+    "ContextWindowExceededError",
+    "Outcome",
+    "check_view",
+    "failure_record",
+    "is_compaction_message",
+    "read_tool_result",
+]

@@ -1,0 +1,283 @@
+"""LangChain v1: a middleware for ``langchain.agents.create_agent`` (extra ``[langchain]``).
+
+```python
+from langchain.agents import create_agent
+from progressive_compactor import ProgressiveCompactor
+from progressive_compactor.integrations.langchain import CompactionMiddleware
+
+compactor = ProgressiveCompactor("default", context_window=128_000)
+agent = create_agent(model, tools=[...], middleware=[CompactionMiddleware(compactor)])
+agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "ticket-42"}})
+```
+
+:class:`CompactionMiddleware` compacts the messages of each model call (``wrap_model_call`` and
+``awrap_model_call``) and leaves the graph state untouched: the state keeps the whole history,
+the model sees the view. The session id is the run's ``thread_id`` (or ``session_id=``, a string
+or a function of the ``ModelRequest``). The system message (``request.system_message``) is the
+view's first message. The middleware registers the ``read_tool_result`` tool (a LangChain
+``StructuredTool``), so the agent can read back what was offloaded; ``read_tool=False`` leaves it
+out.
+
+Messages convert both ways without loss: a message the compaction did not change is handed back
+as the very object of the state (tool call ids, ``additional_kwargs``, ``response_metadata``,
+content blocks and ids intact); a changed one is a copy of the original with the new content
+(and, after an emergency truncation, the shortened tool-call arguments). The compaction message is
+a ``HumanMessage`` (``compaction_role="system"`` makes it a ``SystemMessage``, for providers that
+take several system messages). A call the history leaves unanswered gets a ``ToolMessage`` saying
+so, in the view only.
+
+After the model answers, its ``usage_metadata["input_tokens"]`` anchors the session's token
+counts (``observe_usage``). Each record goes to the compactor's stores, to ``on_record``, to the
+``progressive_compactor.integrations`` logger (the two-line notice) and, when the graph is
+streamed with ``stream_mode="custom"``, to the stream as
+``{"progressive_compactor": {"record": {...}, "notice": "..."}}``. A failing compactor never
+breaks the run: the model gets the uncompacted messages and the record says why; a view that
+cannot fit the window raises :class:`ContextWindowExceededError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import StructuredTool
+
+from ..compactor import ProgressiveCompactor
+from ..converters import record_to_dict
+from ..notice import notice
+from .common import (
+    READ_TOOL_DESCRIPTION,
+    READ_TOOL_NAME,
+    SOURCE,
+    Compaction,
+    ContextWindowExceededError,
+    OnRecord,
+    Outcome,
+    is_compaction_message,
+    log,
+    read_tool_result,
+)
+
+SessionId = str | Callable[[ModelRequest], str] | None
+
+
+# --- messages both ways -----------------------------------------------------------------------
+
+
+def _content(content: Any) -> Any:
+    """LangChain content as chat content: a string, or a list of parts (bare strings as text)."""
+    if isinstance(content, list):
+        return [{"type": "text", "text": part} if isinstance(part, str) else part for part in content]
+    return content
+
+
+def to_dict(message: BaseMessage) -> dict[str, Any]:
+    """One LangChain message as an OpenAI chat dict that remembers the message (``SOURCE``)."""
+    content = _content(message.content)
+    data: dict[str, Any]
+    if isinstance(message, SystemMessage):
+        data = {"role": "system", "content": content}
+    elif isinstance(message, HumanMessage):
+        data = {"role": "user", "content": content}
+    elif isinstance(message, AIMessage):
+        data = {"role": "assistant", "content": content}
+        calls = [
+            {
+                "id": call.get("id") or "",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False)},
+            }
+            for call in message.tool_calls
+        ]
+        if calls:
+            data["tool_calls"] = calls
+    elif isinstance(message, ToolMessage):
+        data = {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+    else:
+        role = getattr(message, "role", "user")
+        data = {"role": role if role in ("system", "user", "assistant") else "user", "content": content}
+    data[SOURCE] = message
+    return data
+
+
+class Converter:
+    """Dicts for the messages of one session, kept while the messages are: an unchanged message
+    gives the same dict on every call, so the compactor reads only what is new."""
+
+    def __init__(self) -> None:
+        self._dicts: dict[int, tuple[BaseMessage, dict[str, Any]]] = {}
+
+    def dicts(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+        out = []
+        kept: dict[int, tuple[BaseMessage, dict[str, Any]]] = {}
+        for message in messages:
+            cached = self._dicts.get(id(message))
+            if cached is None or cached[0] is not message:
+                cached = (message, to_dict(message))
+            kept[id(message)] = cached
+            out.append(cached[1])
+        self._dicts = kept
+        return out
+
+
+def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> list[dict[str, Any]]:
+    calls = []
+    for call in data.get("tool_calls") or []:
+        function = call.get("function") or {}
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except ValueError:
+            args = {"arguments": function.get("arguments")}
+        if not isinstance(args, dict):
+            args = {"arguments": args}
+        calls.append({"name": function.get("name", ""), "args": args, "id": call.get("id"), "type": "tool_call"})
+    return calls
+
+
+def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessage:
+    """A view dict that the compaction made or changed as a LangChain message: a copy of the
+    original with the new content, or a new message."""
+    original = data.get(SOURCE)
+    content = data.get("content")
+    if content is None:
+        content = ""
+    if isinstance(original, BaseMessage):
+        update: dict[str, Any] = {"content": content}
+        if isinstance(original, AIMessage):
+            update["tool_calls"] = _tool_calls(data, original)
+        return original.model_copy(update=update)
+    role = data.get("role")
+    if role == "system":
+        return SystemMessage(content=content)
+    if role == "tool":
+        return ToolMessage(content=content, tool_call_id=data.get("tool_call_id") or "")
+    if role == "assistant":
+        return AIMessage(content=content, tool_calls=_tool_calls(data, None))
+    if is_compaction_message(data) and compaction_role == "system":
+        return SystemMessage(content=content)
+    return HumanMessage(content=content)
+
+
+# --- the read tool ----------------------------------------------------------------------------
+
+
+def read_tool_result_tool(compactor: ProgressiveCompactor) -> StructuredTool:
+    """The ``read_tool_result`` tool as a LangChain tool, answered by ``compactor``."""
+
+    def read(handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        return read_tool_result(compactor, handle, start_line, end_line)
+
+    return StructuredTool.from_function(read, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION)
+
+
+# --- the middleware ---------------------------------------------------------------------------
+
+
+class CompactionMiddleware(AgentMiddleware):
+    """Compacts the messages of every model call; see the module docstring."""
+
+    def __init__(
+        self,
+        compactor: ProgressiveCompactor,
+        *,
+        session_id: SessionId = None,
+        compaction_role: str = "human",
+        read_tool: bool = True,
+        on_record: OnRecord | None = None,
+    ):
+        if compaction_role not in ("human", "system"):
+            raise ValueError(f"compaction_role must be 'human' or 'system', got {compaction_role!r}")
+        super().__init__()
+        self.compactor = compactor
+        self.session_id = session_id
+        self.compaction_role = compaction_role
+        self.compaction = Compaction(compactor, on_record=on_record)
+        self.tools = [read_tool_result_tool(compactor)] if read_tool else []
+        self._converters: dict[str, Converter] = {}
+
+    def session_of(self, request: ModelRequest) -> str:
+        if callable(self.session_id):
+            return self.session_id(request)
+        if self.session_id:
+            return self.session_id
+        info = getattr(request.runtime, "execution_info", None)
+        thread = getattr(info, "thread_id", None)
+        if not thread:
+            try:
+                from langgraph.config import get_config
+
+                thread = (get_config().get("configurable") or {}).get("thread_id")
+            except (RuntimeError, ImportError):
+                thread = None
+        return str(thread) if thread else self.compactor.session_id
+
+    def _history(self, request: ModelRequest, sid: str) -> list[dict[str, Any]]:
+        messages = [request.system_message, *request.messages] if request.system_message else list(request.messages)
+        return self._converters.setdefault(sid, Converter()).dicts(messages)
+
+    def _request(self, request: ModelRequest, history: list[dict[str, Any]], outcome: Outcome) -> ModelRequest:
+        if outcome.failed:
+            return request
+        ours = {id(d) for d in history}  # the compactor hands unchanged messages back as our own dicts
+        messages: list[Any] = [d[SOURCE] if id(d) in ours else from_dict(d, self.compaction_role) for d in outcome.view]
+        system: SystemMessage | None = None
+        if messages and isinstance(messages[0], SystemMessage) and outcome.view[0].get("role") == "system":
+            system = messages.pop(0)
+        return request.override(system_message=system, messages=messages)
+
+    def _publish(self, request: ModelRequest, outcome: Outcome) -> None:
+        writer = getattr(request.runtime, "stream_writer", None)
+        if writer is None:
+            return
+        try:
+            writer(
+                {"progressive_compactor": {"record": record_to_dict(outcome.record), "notice": notice(outcome.record)}}
+            )
+        except Exception as exc:  # noqa: BLE001 - outside a streamed run there is nobody to tell
+            log.debug("no stream to write the record to: %s", exc)
+
+    def _usage(self, outcome: Outcome, response: Any) -> None:
+        messages = response.result if isinstance(response, ModelResponse) else [response]
+        for message in messages:
+            usage = getattr(message, "usage_metadata", None)
+            if usage and usage.get("input_tokens"):
+                self.compaction.observe(outcome, usage["input_tokens"])
+                return
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
+        sid = self.session_of(request)
+        history = self._history(request, sid)
+        outcome = self.compaction.compact(history, sid)
+        self._publish(request, outcome)
+        response = handler(self._request(request, history, outcome))
+        self._usage(outcome, response)
+        return response
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelResponse:
+        sid = self.session_of(request)
+        history = self._history(request, sid)
+        outcome = await self.compaction.acompact(history, sid)
+        self._publish(request, outcome)
+        response = await handler(self._request(request, history, outcome))
+        self._usage(outcome, response)
+        return response
+
+
+__all__ = [
+    "CompactionMiddleware",
+    "ContextWindowExceededError",
+    "from_dict",
+    "read_tool_result_tool",
+    "to_dict",
+]

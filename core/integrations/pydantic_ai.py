@@ -1,0 +1,462 @@
+"""Pydantic AI: a history processor, for 1.x and 2.x (extra ``[pydantic-ai]``).
+
+```python
+from pydantic_ai import Agent
+from progressive_compactor.integrations.pydantic_ai import capability, history_processor, read_tool_result_tool
+
+compactor = ProgressiveCompactor("default", context_window=128_000)
+agent = Agent(model, capabilities=[capability(compactor)], tools=[read_tool_result_tool(compactor)])  # 2.x
+agent = Agent(model, history_processors=[history_processor(compactor)], tools=[...])                # 1.x
+```
+
+:func:`history_processor` returns a processor (``async_history_processor`` its async form)
+that converts ``ModelRequest`` / ``ModelResponse`` parts (system and user prompts, tool calls,
+tool returns, retry prompts) to chat dicts, compacts them and converts the view back. A message
+the compaction did not change is handed back as the very object it was; a changed one is a copy
+of the original with the new content (its other parts, ``instructions`` and metadata kept); the
+compaction message is a ``UserPromptPart`` (``compaction_role="system"``: a
+``SystemPromptPart``). Before the view is handed over it is checked: every tool call answered by
+a return in the next request, no return without its call. Pydantic AI 2.x invents a return for a
+call it finds unanswered, which would hide a broken view; a view that fails the check is not
+sent, the uncompacted history is, and the record says why.
+
+**The full history.** Pydantic AI 1.x keeps the run's messages as they are and hands the whole
+history to the processor on every request. 2.x (``ProcessHistory``) replaces the run's messages
+with what the processor returns: the run, and ``result.all_messages()``, then hold the compacted
+view, not the history. The processor keeps the full history on its side: when the messages it
+gets start with the view it returned last, it puts the history it had in their place, so the
+compactor always sees the whole, append-only history (its summaries stay incremental) and
+``processor.full_history(session_id, result.all_messages())`` returns it with what the run
+added after the last request (in this process). Store that, not ``result.all_messages()``, to
+keep the whole conversation on 2.x.
+
+The session id is ``session_id=`` (a string, or a function of the ``RunContext``), else the run's
+``conversation_id`` (2.x), else the compactor's default session. The usage Pydantic AI reports
+for a model response (``usage.input_tokens``) anchors the session's token counts on the next
+request. Records go to the stores, to ``on_record`` and to the ``progressive_compactor.
+integrations`` logger. A failing compactor never breaks the run; a view that cannot fit raises
+:class:`ContextWindowExceededError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from pydantic_ai import RunContext, Tool
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from ..compactor import ProgressiveCompactor
+from .common import (
+    READ_TOOL_DESCRIPTION,
+    READ_TOOL_NAME,
+    SOURCE,
+    Compaction,
+    ContextWindowExceededError,
+    OnRecord,
+    Outcome,
+    failure_record,
+    is_compaction_message,
+    log,
+    read_tool_result,
+)
+
+SessionId = str | Callable[[Any], str] | None
+Processor = Callable[[RunContext[Any], list[ModelMessage]], list[ModelMessage]]
+AsyncProcessor = Callable[[RunContext[Any], list[ModelMessage]], Awaitable[list[ModelMessage]]]
+
+# --- messages both ways -----------------------------------------------------------------------
+
+
+def _user_content(content: Any) -> Any:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for item in content:
+        if isinstance(item, str):
+            parts.append({"type": "text", "text": item})
+        else:
+            parts.append({"type": str(getattr(item, "kind", "file"))})
+    return parts
+
+
+def request_part_dict(message: ModelRequest, index: int) -> dict[str, Any]:
+    part = message.parts[index]
+    data: dict[str, Any]
+    if isinstance(part, SystemPromptPart):
+        data = {"role": "system", "content": part.content}
+    elif isinstance(part, UserPromptPart):
+        data = {"role": "user", "content": _user_content(part.content)}
+    elif isinstance(part, ToolReturnPart):
+        data = {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response_str()}
+    elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
+        data = {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response()}
+    elif isinstance(part, RetryPromptPart):
+        data = {"role": "user", "content": part.model_response()}
+    else:
+        data = {"role": "user", "content": str(getattr(part, "content", ""))}
+    data[SOURCE] = (message, index)
+    return data
+
+
+def response_dict(message: ModelResponse) -> dict[str, Any]:
+    text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+    data: dict[str, Any] = {"role": "assistant", "content": text}
+    calls = [
+        {"id": p.tool_call_id, "type": "function", "function": {"name": p.tool_name, "arguments": p.args_as_json_str()}}
+        for p in message.parts
+        if isinstance(p, ToolCallPart)
+    ]
+    if calls:
+        data["tool_calls"] = calls
+    data[SOURCE] = (message, None)
+    return data
+
+
+def to_dicts(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            out += [request_part_dict(message, i) for i in range(len(message.parts))]
+        else:
+            out.append(response_dict(message))
+    return out
+
+
+class Converter:
+    """Dicts for the messages of one session, the same dict objects while the messages are."""
+
+    def __init__(self) -> None:
+        self._dicts: dict[int, tuple[ModelMessage, list[dict[str, Any]]]] = {}
+
+    def dicts(self, messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        kept: dict[int, tuple[ModelMessage, list[dict[str, Any]]]] = {}
+        for message in messages:
+            cached = self._dicts.get(id(message))
+            if cached is None or cached[0] is not message:
+                cached = (message, to_dicts([message]))
+            kept[id(message)] = cached
+            out += cached[1]
+        self._dicts = kept
+        return out
+
+
+def from_view(view: Sequence[dict[str, Any]], ours: set[int], compaction_role: str = "user") -> list[ModelMessage]:
+    """The view as Pydantic AI messages. ``ours`` holds the ids of the dicts made from the
+    history: those the compaction left alone give back their original message or part."""
+    names = {
+        call["id"]: call["function"]["name"]
+        for d in view
+        if d.get("role") == "assistant"
+        for call in d.get("tool_calls") or []
+    }
+    out: list[ModelMessage] = []
+    group: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if not group:
+            return
+        sources = [d.get(SOURCE) for d in group]
+        first = sources[0]
+        if (
+            all(id(d) in ours for d in group)
+            and isinstance(first, tuple)
+            and all(isinstance(s, tuple) and s[0] is first[0] for s in sources)
+            and [s[1] for s in sources if s is not None] == list(range(len(first[0].parts)))
+        ):
+            out.append(first[0])  # the original request, untouched
+        else:
+            base = next((s[0] for s in reversed(sources) if isinstance(s, tuple)), None)
+            parts = [request_part(d, id(d) in ours, names, compaction_role) for d in group]
+            out.append(dataclasses.replace(base, parts=parts) if base is not None else ModelRequest(parts=parts))
+        group.clear()
+
+    for d in view:
+        if d.get("role") == "assistant":
+            flush()
+            out.append(response(d, id(d) in ours))
+        else:
+            group.append(d)
+    flush()
+    return out
+
+
+def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], compaction_role: str) -> Any:
+    source = data.get(SOURCE)
+    content = data.get("content")
+    text = (
+        content
+        if isinstance(content, str)
+        else "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+    )
+    if isinstance(source, tuple):
+        part = source[0].parts[source[1]]
+        if unchanged:
+            return part
+        if isinstance(part, ToolReturnPart):
+            return dataclasses.replace(part, content=text)
+        if isinstance(part, RetryPromptPart):
+            if data.get("role") == "tool":
+                return ToolReturnPart(tool_name=part.tool_name or "", content=text, tool_call_id=part.tool_call_id)
+            return UserPromptPart(content=text)
+        if isinstance(part, SystemPromptPart) and data.get("role") == "system":
+            return dataclasses.replace(part, content=text)
+        if isinstance(part, UserPromptPart):
+            return dataclasses.replace(part, content=text)
+    role = data.get("role")
+    if role == "tool":
+        call_id = data.get("tool_call_id") or ""
+        return ToolReturnPart(tool_name=names.get(call_id, ""), content=text, tool_call_id=call_id)
+    if role == "system" or (compaction_role == "system" and is_compaction_message(data)):
+        return SystemPromptPart(content=text)
+    return UserPromptPart(content=text)
+
+
+def response(data: dict[str, Any], unchanged: bool) -> ModelResponse:
+    source = data.get(SOURCE)
+    original = source[0] if isinstance(source, tuple) else None
+    if unchanged and isinstance(original, ModelResponse):
+        return original
+    calls = {c["id"]: c["function"] for c in data.get("tool_calls") or []}
+    content = data.get("content")
+    text = (
+        content
+        if isinstance(content, str)
+        else "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+    )
+    parts: list[Any] = []
+    if isinstance(original, ModelResponse):
+        placed = False
+        for part in original.parts:
+            if isinstance(part, TextPart):
+                if not placed and text:
+                    parts.append(dataclasses.replace(part, content=text))
+                placed = True
+            elif isinstance(part, ToolCallPart):
+                if part.tool_call_id in calls:
+                    parts.append(dataclasses.replace(part, args=calls.pop(part.tool_call_id)["arguments"]))
+            else:
+                parts.append(part)
+        if not placed and text:
+            parts.insert(0, TextPart(content=text))
+    elif text:
+        parts.append(TextPart(content=text))
+    parts += [ToolCallPart(tool_name=f["name"], args=f["arguments"], tool_call_id=i) for i, f in calls.items()]
+    return (
+        dataclasses.replace(original, parts=parts)
+        if isinstance(original, ModelResponse)
+        else ModelResponse(parts=parts)
+    )
+
+
+def problems(messages: Sequence[ModelMessage]) -> list[str]:
+    """Why a provider would refuse ``messages``: a tool call not answered by a return in the next
+    request, a return that answers no call of the response before it, no request at the end."""
+    found: list[str] = []
+    pending: set[str] = set()
+    for i, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            if pending:
+                found.append(f"message {i}: tool calls {sorted(pending)} are not answered")
+            pending = {p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)}
+            continue
+        answers = {
+            p.tool_call_id
+            for p in message.parts
+            if isinstance(p, ToolReturnPart) or (isinstance(p, RetryPromptPart) and p.tool_name is not None)
+        }
+        if answers - pending:
+            found.append(f"message {i}: returns {sorted(answers - pending)} answer no call")
+        if pending - answers:
+            found.append(f"message {i}: tool calls {sorted(pending - answers)} are not answered")
+        pending = set()
+    if not messages or not isinstance(messages[-1], ModelRequest):
+        found.append("the history does not end with a request")
+    return found
+
+
+# --- the processor ----------------------------------------------------------------------------
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.full: list[ModelMessage] = []
+        self.view: list[ModelMessage] = []
+        self.converter = Converter()
+        self.outcome: Outcome | None = None
+        self.reported: int | None = None
+
+
+def _starts_with(messages: Sequence[Any], prefix: Sequence[Any]) -> bool:
+    return bool(prefix) and len(messages) >= len(prefix) and all(a is b for a, b in zip(messages, prefix, strict=False))
+
+
+class HistoryCompactor:
+    """The state behind :func:`history_processor`: the full history and the last view of each
+    session, and how the two are told apart on 2.x."""
+
+    def __init__(
+        self,
+        compactor: ProgressiveCompactor,
+        *,
+        session_id: SessionId = None,
+        compaction_role: str = "user",
+        on_record: OnRecord | None = None,
+    ):
+        if compaction_role not in ("user", "system"):
+            raise ValueError(f"compaction_role must be 'user' or 'system', got {compaction_role!r}")
+        self.compactor = compactor
+        self.session_id = session_id
+        self.compaction_role = compaction_role
+        self.compaction = Compaction(compactor, on_record=on_record)
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+
+    def full_history(
+        self, session_id: str | None = None, run_messages: Sequence[ModelMessage] | None = None
+    ) -> list[ModelMessage]:
+        """The whole history of a session (not compacted): what the processor saw at the last
+        model request, and, given the run's messages (``result.all_messages()``, or those of
+        ``capture_run_messages()`` after a failure), what came after it (the last response)."""
+        session = self._sessions.get(session_id or self.compactor.session_id)
+        if session is None:
+            return list(run_messages or [])
+        full = list(session.full)
+        if run_messages is not None:
+            if _starts_with(run_messages, session.view):
+                full += run_messages[len(session.view) :]
+            elif _starts_with(run_messages, session.full):
+                full += run_messages[len(session.full) :]
+        return full
+
+    def session_of(self, ctx: Any, messages: Sequence[ModelMessage]) -> str:
+        if callable(self.session_id):
+            return self.session_id(ctx)
+        if self.session_id:
+            return self.session_id
+        conversation = getattr(ctx, "conversation_id", None)
+        if not conversation:
+            conversation = next(
+                (m.conversation_id for m in reversed(messages) if getattr(m, "conversation_id", None)), None
+            )
+        return str(conversation) if conversation else self.compactor.session_id
+
+    def _prepare(self, ctx: Any, messages: list[ModelMessage]) -> tuple[str, _Session, list[dict[str, Any]]]:
+        sid = self.session_of(ctx, messages)
+        with self._lock:
+            session = self._sessions.setdefault(sid, _Session())
+        if _starts_with(messages, session.view):  # 2.x: the run holds our last view; put the history back
+            session.full = session.full + messages[len(session.view) :]
+        else:  # 1.x (the run keeps the history) or a new conversation
+            session.full = list(messages)
+        self._report_usage(session)
+        return sid, session, session.converter.dicts(session.full)
+
+    def _report_usage(self, session: _Session) -> None:
+        """The response to the last view carries the provider's count of it: anchor with it."""
+        if session.outcome is None:
+            return
+        latest = next((m for m in reversed(session.full) if isinstance(m, ModelResponse)), None)
+        if latest is None or id(latest) == session.reported or any(latest is m for m in session.view):
+            return
+        session.reported = id(latest)
+        usage = getattr(latest, "usage", None)
+        self.compaction.observe(session.outcome, getattr(usage, "input_tokens", None))
+
+    def _finish(self, session: _Session, history: list[dict[str, Any]], outcome: Outcome) -> list[ModelMessage]:
+        session.outcome = outcome
+        if outcome.failed:
+            session.view = list(session.full)
+            return list(session.full)
+        view = from_view(outcome.view, {id(d) for d in history}, self.compaction_role)
+        found = problems(view)
+        if found:  # never hand Pydantic AI a broken view: it would paper over it
+            cause = f"compaction failed, sent the uncompacted input: the view converted for Pydantic AI is invalid: {found[0]}"
+            log.warning("session %s: %s", outcome.session_id, cause)
+            record = failure_record(self.compactor, outcome.session_id, history, cause)
+            self.compactor.hooks.persist_record(record)
+            session.outcome = Outcome(list(history), record, outcome.session_id, failed=True)
+            view = list(session.full)
+        session.view = view
+        return list(view)
+
+    def process(self, ctx: Any, messages: list[ModelMessage]) -> list[ModelMessage]:
+        sid, session, history = self._prepare(ctx, messages)
+        return self._finish(session, history, self.compaction.compact(history, sid))
+
+    async def aprocess(self, ctx: Any, messages: list[ModelMessage]) -> list[ModelMessage]:
+        sid, session, history = self._prepare(ctx, messages)
+        return self._finish(session, history, await self.compaction.acompact(history, sid))
+
+
+def history_processor(compactor: ProgressiveCompactor, **options: Any) -> Processor:
+    """A synchronous history processor (for ``Agent(history_processors=[...])`` on 1.x, or
+    ``ProcessHistory(...)`` on 2.x). ``options``: ``session_id``, ``compaction_role``,
+    ``on_record``. Its ``full_history(session_id)`` returns a session's whole history."""
+    state = HistoryCompactor(compactor, **options)
+
+    def compact_history(ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
+        return state.process(ctx, messages)
+
+    compact_history.full_history = state.full_history  # type: ignore[attr-defined]
+    compact_history.state = state  # type: ignore[attr-defined]
+    return compact_history
+
+
+def async_history_processor(compactor: ProgressiveCompactor, **options: Any) -> AsyncProcessor:
+    """The asynchronous form of :func:`history_processor` (summaries awaited with ``asummarize``)."""
+    state = HistoryCompactor(compactor, **options)
+
+    async def compact_history(ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
+        return await state.aprocess(ctx, messages)
+
+    compact_history.full_history = state.full_history  # type: ignore[attr-defined]
+    compact_history.state = state  # type: ignore[attr-defined]
+    return compact_history
+
+
+def capability(compactor: ProgressiveCompactor, **options: Any) -> Any:
+    """For Pydantic AI 2.x: ``Agent(capabilities=[capability(compactor)])``, the async
+    processor in a ``ProcessHistory`` capability (its ``processor.full_history`` is there)."""
+    try:
+        from pydantic_ai.capabilities import ProcessHistory
+    except ImportError as exc:  # 1.x has no capabilities
+        raise ImportError(
+            "this Pydantic AI has no capabilities (1.x): use Agent(history_processors=[history_processor(compactor)])"
+        ) from exc
+    return ProcessHistory(async_history_processor(compactor, **options))
+
+
+def read_tool_result_tool(compactor: ProgressiveCompactor) -> Tool[Any]:
+    """The ``read_tool_result`` tool as a Pydantic AI ``Tool``, answered by ``compactor``."""
+
+    def read_result(handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        return read_tool_result(compactor, handle, start_line, end_line)
+
+    return Tool(read_result, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION, takes_ctx=False)
+
+
+__all__ = [
+    "ContextWindowExceededError",
+    "HistoryCompactor",
+    "async_history_processor",
+    "capability",
+    "from_view",
+    "history_processor",
+    "problems",
+    "read_tool_result_tool",
+    "to_dicts",
+]

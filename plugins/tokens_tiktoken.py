@@ -1,0 +1,165 @@
+"""``tokens-tiktoken``: exact token counts of OpenAI encodings with tiktoken, offline.
+
+Select it with ``plugins: {tokens: tokens-tiktoken}`` (extra ``[tiktoken]``). It counts with
+``o200k_base`` (GPT-4o, GPT-4.1, GPT-5, the o-series) or ``cl100k_base`` (GPT-4, GPT-3.5) and
+never touches the network: tiktoken downloads its BPE files at run time, so the two files ship
+inside this package (``progressive_compactor/plugins/tiktoken/``, gzip-compressed, under
+tiktoken's MIT license, checked against the SHA-256 tiktoken expects) and the encoding is built
+from them directly; tiktoken's download and cache are never used.
+
+A message counts as the chat format bills it: ``tokens_per_message`` (3: the start, role
+separator and end markers) + the role + the content (text parts; an image part as
+``image_tokens``) + ``tokens_per_name`` and the name when a message has one + for each tool call
+its name, its arguments and ``tokens_per_tool_call``. The text is exact; the overheads are
+OpenAI's published chat-format counts, and the tool-call overhead is an approximation (the
+format of tool calls is not published). The 3 tokens that prime every reply belong to the
+request, not to a message, and are left out. The count of a text is cached (a least-recently
+used cache of ``cache_size`` texts).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import threading
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Callable, Mapping, Sequence
+
+import attrs
+
+from progressive_compactor.plugin import Message, PluginError, hookimpl, setting_check
+
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_CL100K_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+
+ENCODINGS: dict[str, dict[str, Any]] = {
+    "o200k_base": {
+        "pat_str": _O200K_PATTERN,
+        "special_tokens": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+        "sha256": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    },
+    "cl100k_base": {
+        "pat_str": _CL100K_PATTERN,
+        "special_tokens": {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+        "sha256": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    },
+}
+"""The encodings this plugin carries: tiktoken's own definitions, and the SHA-256 of each BPE
+file that tiktoken checks its downloads against."""
+
+_loaded: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def bpe_file(name: str) -> bytes:
+    """The BPE file of encoding ``name`` as shipped in this package, checked against its hash."""
+    packed = resources.files("progressive_compactor.plugins") / "tiktoken" / f"{name}.tiktoken.gz"
+    data = gzip.decompress(packed.read_bytes())
+    if hashlib.sha256(data).hexdigest() != ENCODINGS[name]["sha256"]:
+        raise PluginError(f"the bundled BPE file of {name} does not have the expected SHA-256", "tokens-tiktoken")
+    return data
+
+
+def encoding(name: str) -> Any:
+    """The ``tiktoken.Encoding`` of ``name``, built once per process from the bundled file."""
+    with _lock:
+        if name not in _loaded:
+            try:
+                import tiktoken
+            except ImportError as exc:
+                raise PluginError(
+                    "tokens-tiktoken needs tiktoken: pip install 'progressive-compactor[tiktoken]'", "tokens-tiktoken"
+                ) from exc
+            ranks = {
+                base64.b64decode(token): int(rank)
+                for token, rank in (line.split() for line in bpe_file(name).splitlines() if line)
+            }
+            spec = ENCODINGS[name]
+            _loaded[name] = tiktoken.Encoding(
+                name=name, pat_str=spec["pat_str"], mergeable_ranks=ranks, special_tokens=spec["special_tokens"]
+            )
+        return _loaded[name]
+
+
+class TiktokenTokens:
+    @attrs.frozen
+    class Config:
+        encoding: str = attrs.field(
+            default="o200k_base",
+            validator=setting_check(
+                lambda v: v in ENCODINGS, "encoding must be o200k_base or cl100k_base, got {value}"
+            ),
+        )
+        tokens_per_message: int = attrs.field(
+            default=3, validator=setting_check(lambda v: v >= 0, "tokens_per_message must be 0 or more, got {value}")
+        )
+        tokens_per_name: int = attrs.field(
+            default=1, validator=setting_check(lambda v: v >= 0, "tokens_per_name must be 0 or more, got {value}")
+        )
+        tokens_per_tool_call: int = attrs.field(
+            default=3, validator=setting_check(lambda v: v >= 0, "tokens_per_tool_call must be 0 or more, got {value}")
+        )
+        image_tokens: int = attrs.field(
+            default=85, validator=setting_check(lambda v: v >= 0, "image_tokens must be 0 or more, got {value}")
+        )
+        """An image part (85: one low-detail image; a high-detail one costs more by its size)."""
+        cache_size: int = attrs.field(
+            default=8192, validator=setting_check(lambda v: v >= 0, "cache_size must be 0 or more, got {value}")
+        )
+
+    def __init__(self, config: Config | None = None):
+        self.config = config or self.Config()
+        self._count: Callable[[str], int] | None = None
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` in the configured encoding (special tokens count as text)."""
+        if self._count is None:
+            enc = encoding(self.config.encoding)
+
+            def count(text: str) -> int:
+                try:
+                    return len(enc.encode_ordinary(text))
+                except UnicodeEncodeError:  # lone surrogates: counted as tiktoken counts them
+                    return len(enc.encode_ordinary(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")))
+
+            self._count = lru_cache(maxsize=self.config.cache_size)(count) if self.config.cache_size else count
+        return self._count(text) if text else 0
+
+    def count_message(self, message: Message) -> int:
+        c = self.config
+        count = self.count_text
+        n = c.tokens_per_message + count(message.role)
+        content = message.content
+        if isinstance(content, str):
+            n += count(content)
+        elif content:
+            for part in content:
+                text = part.get("text") if isinstance(part, Mapping) else None
+                n += count(text) if isinstance(text, str) else c.image_tokens
+        if message.name:
+            n += c.tokens_per_name + count(message.name)
+        for call in message.tool_calls:
+            n += c.tokens_per_tool_call + count(call.name) + count(call.arguments)
+        return n
+
+    @hookimpl(trylast=True)
+    def estimate_tokens(self, messages: Sequence[Message]) -> list[int]:
+        return [self.count_message(m) for m in messages]

@@ -1,0 +1,289 @@
+"""LangChain v1: ``create_agent`` with :class:`CompactionMiddleware`, its own agent loop, a scripted
+chat model replaying corpus sessions and tools returning the recorded results."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+
+pytest.importorskip("langchain.agents", reason="the [langchain] extra is not installed")
+
+from langchain.agents import create_agent  # noqa: E402
+from langchain_core.language_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
+from langchain_core.messages.utils import convert_to_openai_messages  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.tools import BaseTool, InjectedToolCallId  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from pydantic import BaseModel, ConfigDict  # noqa: E402
+
+from integration_replay import (  # noqa: E402
+    FINAL_ANSWER,
+    RESUME,
+    SESSIONS,
+    WINDOWS,
+    Script,
+    ToolCrashed,
+    assert_tiers,
+    check_request,
+)
+from progressive_compactor import CompactionTier  # noqa: E402
+from progressive_compactor.integrations.langchain import (  # noqa: E402
+    CompactionMiddleware,
+    ContextWindowExceededError,
+    from_dict,
+    to_dict,
+)
+from progressive_compactor.testing import ListStore, build_history, estimate  # noqa: E402
+
+pytestmark = pytest.mark.corpus
+
+
+class ScriptedModel(BaseChatModel):
+    """Answers each request with the script's next assistant message; keeps every request."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    script: Any = None
+    requests: list = []
+    usage_factor: float = 1.0
+    replies: list = []
+    tools_bound: list = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools, **kwargs):
+        self.tools_bound = [getattr(t, "name", None) or t.get("name") for t in tools]
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        view = convert_to_openai_messages(messages)  # LangChain's own conversion, not ours
+        self.requests.append(view)
+        usage = {"input_tokens": round(self.usage_factor * estimate(view)), "output_tokens": 10, "total_tokens": 0}
+        turn = self.script.next_turn() if self.script is not None else None
+        if turn is None and self.replies:
+            turn = self.replies.pop(0)
+        if turn is None:
+            message = AIMessage(content=FINAL_ANSWER, usage_metadata=usage)
+        else:
+            calls = [
+                {"name": c["function"]["name"], "args": Script.arguments(c), "id": c["id"], "type": "tool_call"}
+                for c in turn.get("tool_calls") or []
+            ]
+            message = AIMessage(content=turn.get("content") or "", tool_calls=calls, usage_metadata=usage)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class RecordedArgs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    tool_call_id: Annotated[str, InjectedToolCallId]
+
+
+class RecordedTool(BaseTool):
+    """A corpus tool: returns the recorded result of the call; crashes on a call never answered."""
+
+    description: str = "A tool of the recorded session."
+    args_schema: type[BaseModel] = RecordedArgs
+    script: Any = None
+
+    def _run(self, tool_call_id: str, **kwargs: Any) -> str:
+        return self.script.result(tool_call_id)
+
+
+def replay(corpus_dir: Path, tmp_path: Path, name: str, window: int, make_compactor, *, use_async: bool = False):
+    script = Script(corpus_dir, name)
+    store = ListStore()
+    compactor = make_compactor(context_window=window, extra_plugins=[("list-store", store)])
+    model = ScriptedModel(script=script, requests=[])
+    tools = [RecordedTool(name=tool, script=script) for tool in script.tool_names]
+    agent = create_agent(
+        model,
+        tools=tools,
+        system_prompt=script.system,
+        middleware=[CompactionMiddleware(compactor)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": f"lc-{window}"}, "recursion_limit": 10_000}
+
+    def run(message: str):
+        if use_async:
+            return asyncio.run(agent.ainvoke({"messages": [HumanMessage(message)]}, config))
+        return agent.invoke({"messages": [HumanMessage(message)]}, config)
+
+    if script.unanswered:
+        with pytest.raises(ToolCrashed):
+            run(script.request)
+        state = agent.get_state(config).values["messages"]
+        dangling = [c["id"] for m in state if isinstance(m, AIMessage) for c in m.tool_calls]
+        answered = {m.tool_call_id for m in state if isinstance(m, ToolMessage)}
+        assert script.unanswered[0] in dangling and script.unanswered[0] not in answered
+        result = run(RESUME)
+    else:
+        result = run(script.request)
+    assert result["messages"][-1].content == FINAL_ANSWER
+    return script, store, model, result, agent, config
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
+@pytest.mark.parametrize("name", SESSIONS)
+def test_the_agent_loop_replays_corpus_sessions(corpus_dir, tmp_path, make_compactor, name, window):
+    script, store, model, result, agent, config = replay(corpus_dir, tmp_path, name, window, make_compactor)
+    assert "read_tool_result" in model.tools_bound  # the middleware's tool, in LangChain's tool form
+    assert len(model.requests) == len(script.turns) + 1  # the recorded turns, then the final answer
+    for i, view in enumerate(model.requests):
+        check_request(view, window, script.request, f"{name} at {window}, request {i}")
+    assert_tiers(store.records, window, len(model.requests), script)
+    # the graph state keeps the whole history: every recorded result, none replaced by a placeholder
+    state = result["messages"]
+    results = {m.tool_call_id: m.content for m in state if isinstance(m, ToolMessage)}
+    assert all(results[call_id] == text for call_id, text in script.results.items())
+    assert sum(isinstance(m, AIMessage) for m in state) == len(model.requests)
+    if script.unanswered:  # the resumed request answered the dangling call in the view only
+        resumed = model.requests[-1]
+        answer = next(m for m in resumed if m.get("tool_call_id") == script.unanswered[0])
+        assert "no result" in answer["content"].lower() or "never" in answer["content"].lower()
+        assert script.unanswered[0] not in results
+
+
+def test_the_async_loop(corpus_dir, tmp_path, make_compactor):
+    name = SESSIONS[2]
+    script, store, model, *_ = replay(corpus_dir, tmp_path, name, 8_000, make_compactor, use_async=True)
+    for i, view in enumerate(model.requests):
+        check_request(view, 8_000, script.request, f"async request {i}")
+    assert_tiers(store.records, 8_000, len(model.requests), script)
+
+
+def test_messages_convert_both_ways_without_loss():
+    ai = AIMessage(
+        content=[{"type": "text", "text": "calling"}, "a bare string"],
+        tool_calls=[{"name": "bash", "args": {"command": "ls"}, "id": "c1", "type": "tool_call"}],
+        additional_kwargs={"reasoning": "x"},
+        response_metadata={"model_name": "m"},
+        id="ai-1",
+    )
+    tool = ToolMessage(content="out", tool_call_id="c1", name="bash", artifact={"raw": 1}, status="success")
+    data = to_dict(ai)
+    assert data["tool_calls"][0]["id"] == "c1" and data["content"][1] == {"type": "text", "text": "a bare string"}
+    changed = dict(to_dict(tool), content="[offloaded] preview")
+    back = from_dict(changed)
+    assert isinstance(back, ToolMessage)
+    assert (back.tool_call_id, back.name, back.artifact, back.status) == ("c1", "bash", {"raw": 1}, "success")
+    assert back.content == "[offloaded] preview"
+    shortened = dict(
+        data,
+        content="calling",
+        tool_calls=[
+            dict(data["tool_calls"][0], function={"name": "bash", "arguments": '{"truncated_arguments": "l"}'})
+        ],
+    )
+    back_ai = from_dict(shortened)
+    assert back_ai.additional_kwargs == {"reasoning": "x"} and back_ai.id == "ai-1"
+    assert back_ai.tool_calls[0]["args"] == {"truncated_arguments": "l"} and back_ai.tool_calls[0]["id"] == "c1"
+    compaction = {"role": "user", "content": "[Context Compaction]\nsummary"}
+    assert isinstance(from_dict(compaction), HumanMessage)
+    assert isinstance(from_dict(compaction, "system"), SystemMessage)
+
+
+def small_agent(compactor, model, **middleware):
+    return create_agent(model, tools=[], middleware=[CompactionMiddleware(compactor, **middleware)])
+
+
+def test_unchanged_messages_are_the_states_own_objects(make_compactor):
+    compactor = make_compactor(context_window=100_000)
+    seen = []
+
+    class Spy(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            seen.append(list(messages))
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    history = [HumanMessage("hello", id="h1"), AIMessage("hi", id="a1"), HumanMessage("again", id="h2")]
+    small_agent(compactor, Spy(requests=[])).invoke({"messages": history})
+    assert [m.id for m in seen[0]] == ["h1", "a1", "h2"]
+    assert seen[0][0].id == "h1" and seen[0][0].content == "hello"
+
+
+def test_a_failing_compactor_never_breaks_the_run(make_compactor, caplog):
+    store = ListStore()
+    compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])
+
+    class Broken:
+        from progressive_compactor.plugin import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def estimate_tokens(self, messages):
+            raise RuntimeError("tokenizer exploded")
+
+    compactor.pm.register(Broken(), "broken")
+    model = ScriptedModel(requests=[])
+    with caplog.at_level(logging.WARNING, "progressive_compactor.integrations"):
+        result = small_agent(compactor, model).invoke({"messages": [HumanMessage("fix the bug")]})
+    assert result["messages"][-1].content == FINAL_ANSWER
+    assert model.requests[0] == [{"role": "user", "content": "fix the bug"}]  # the uncompacted input
+    record = store.records[-1]
+    assert record.errors[0].startswith(
+        "compaction failed, sent the uncompacted input: RuntimeError: tokenizer exploded"
+    )
+    assert "tokenizer exploded" in caplog.text
+
+
+class KeepsEverything:
+    """A truncation fallback that cannot shorten anything (as when the newest message alone is
+    over the window and may not be cut): the view stays over the window."""
+
+    from progressive_compactor.plugin import hookimpl
+
+    @hookimpl(tryfirst=True)
+    def fallback_compact(self, messages):
+        return list(messages)
+
+
+def test_a_view_that_cannot_fit_raises_a_clear_error(make_compactor):
+    compactor = make_compactor(context_window=1_000)
+    compactor.pm.register(KeepsEverything(), "keeps-everything")
+    model = ScriptedModel(requests=[])
+    with pytest.raises(ContextWindowExceededError, match="over the context window of 1000"):
+        small_agent(compactor, model).invoke({"messages": [HumanMessage("x" * 20_000)]})
+    assert model.requests == []
+
+
+def test_usage_anchors_the_session_and_records_reach_the_stream(make_compactor):
+    history = build_history([3000] * 14)
+    compactor = make_compactor(context_window=16_000)
+    records = []
+    model = ScriptedModel(requests=[], usage_factor=1.3)
+    agent = small_agent(compactor, model, on_record=records.append, session_id="fixed")
+    messages = [SystemMessage(history[0]["content"]), HumanMessage(history[1]["content"])]
+    for m in history[2:]:
+        if m["role"] == "assistant":
+            messages.append(
+                AIMessage(
+                    m["content"], tool_calls=[{"name": "bash", "args": {}, "id": c["id"]} for c in m["tool_calls"]]
+                )
+            )
+        else:
+            messages.append(ToolMessage(m["content"], tool_call_id=m["tool_call_id"]))
+    messages.append(HumanMessage("go on"))
+    chunks = list(agent.stream({"messages": messages}, stream_mode="custom"))
+    messages += [AIMessage("still working"), HumanMessage("and now?")]
+    chunks += list(agent.stream({"messages": messages}, stream_mode="custom"))
+    assert [c["progressive_compactor"]["record"]["id"] for c in chunks] == [r.id for r in records]
+    assert records[0].token_correction == 1.0 and records[1].token_correction == pytest.approx(1.3, abs=0.01)
+    assert records[1].tier is not CompactionTier.NONE  # 1.3 × the estimate passes the Warn share
+    assert all(r.session_id == "fixed" for r in records)
+
+
+def test_the_example_runs_offline():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "langchain_agent.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "Context compressed" in out.stdout + out.stderr
+    assert "final answer: Fixed: the tests pass." in out.stdout

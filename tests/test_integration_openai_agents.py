@@ -1,0 +1,335 @@
+"""OpenAI Agents SDK: ``Runner`` with the compacting ``call_model_input_filter``, the SDK's own
+agent loop, a ``Model`` implementation replaying corpus sessions and a tool returning the
+recorded results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="the [openai-agents] extra is not installed")
+
+from agents import Agent, FunctionTool, ModelResponse, RunConfig, Runner, Usage  # noqa: E402
+from agents.exceptions import AgentsException  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.tracing import set_tracing_disabled  # noqa: E402
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+
+from integration_replay import (  # noqa: E402
+    FINAL_ANSWER,
+    RESUME,
+    SESSIONS,
+    WINDOWS,
+    Script,
+    ToolCrashed,
+    assert_tiers,
+    request_in,
+)
+from progressive_compactor import CompactionTier  # noqa: E402
+from progressive_compactor.integrations.openai_agents import (  # noqa: E402
+    ContextWindowExceededError,
+    call_model_input_filter,
+    from_view,
+    read_tool_result_tool,
+    to_dicts,
+)
+from progressive_compactor.testing import ListStore, problems  # noqa: E402
+
+pytestmark = pytest.mark.corpus
+set_tracing_disabled(True)  # no exporter: the tests run offline
+
+
+def item(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else x.model_dump(exclude_unset=True)
+
+
+def chat_view(instructions: str | None, items: list[Any]) -> list[dict[str, Any]]:
+    """The request as chat messages, converted here independently of the integration: each
+    function_call joins the assistant message before it, each output is a tool message."""
+    view: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    for x in map(item, items):
+        kind = x.get("type")
+        if kind == "function_call":
+            if not (view and view[-1]["role"] == "assistant"):
+                view.append({"role": "assistant", "content": ""})
+            view[-1].setdefault("tool_calls", []).append(
+                {"id": x["call_id"], "type": "function", "function": {"name": x["name"], "arguments": x["arguments"]}}
+            )
+        elif kind == "function_call_output":
+            view.append({"role": "tool", "tool_call_id": x["call_id"], "content": x["output"]})
+        elif x.get("role") in ("user", "system", "developer", "assistant"):
+            content = x.get("content")
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
+            role = "system" if x["role"] == "developer" else x["role"]
+            if role == "assistant" and view and view[-1]["role"] == "assistant" and not view[-1].get("tool_calls"):
+                view[-1]["content"] += text
+            else:
+                view.append({"role": role, "content": text})
+    return view
+
+
+class ReplayModel(Model):
+    """Answers each request with the script's next assistant message; keeps every request."""
+
+    def __init__(self, script: Script | None, usage_factor: float = 1.0):
+        self.script = script
+        self.usage_factor = usage_factor
+        self.requests: list[list[dict[str, Any]]] = []
+        self.tools: list[list[str]] = []
+        self.outputs: list[list[Any]] = []
+
+    async def get_response(
+        self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+    ):
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        view = chat_view(system_instructions, items)
+        self.requests.append(view)
+        self.tools.append([t.name for t in tools])
+        from progressive_compactor.testing import estimate
+
+        usage = Usage(
+            requests=1, input_tokens=round(self.usage_factor * estimate(view)), output_tokens=10, total_tokens=0
+        )
+        turn = self.script.next_turn() if self.script is not None else None
+        n = len(self.requests)
+        if turn is None:
+            output: list[Any] = [
+                ResponseOutputMessage(
+                    id=f"msg_{n}",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[ResponseOutputText(text=FINAL_ANSWER, type="output_text", annotations=[])],
+                )
+            ]
+        else:
+            output = []
+            if turn.get("content"):
+                output.append(
+                    ResponseOutputMessage(
+                        id=f"msg_{n}",
+                        type="message",
+                        role="assistant",
+                        status="completed",
+                        content=[ResponseOutputText(text=turn["content"], type="output_text", annotations=[])],
+                    )
+                )
+            output += [
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    call_id=c["id"],
+                    name=c["function"]["name"],
+                    arguments=c["function"]["arguments"],
+                    id=f"fc_{c['id']}",
+                )
+                for c in turn.get("tool_calls") or []
+            ]
+        self.outputs.append(output)
+        return ModelResponse(output=output, usage=usage, response_id=None)
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def recorded_tool(script: Script, name: str) -> FunctionTool:
+    async def invoke(ctx, arguments: str) -> str:
+        return script.result(ctx.tool_call_id)
+
+    return FunctionTool(
+        name=name,
+        description="A tool of the recorded session.",
+        params_json_schema={
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "additionalProperties": True,
+        },
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+    )
+
+
+def replay(corpus_dir, name, window, make_compactor):
+    script = Script(corpus_dir, name)
+    store = ListStore()
+    compactor = make_compactor(context_window=window, extra_plugins=[("list-store", store)])
+    model = ReplayModel(script)
+    compaction = call_model_input_filter(compactor, session_id="oa")
+    agent = Agent(
+        name="replay",
+        instructions=script.system,
+        model=model,
+        tools=[*(recorded_tool(script, t) for t in script.tool_names), read_tool_result_tool(compactor)],
+    )
+    config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+
+    def run(items):
+        return asyncio.run(Runner.run(agent, items, run_config=config, hooks=compaction.hooks, max_turns=10_000))
+
+    first = [{"role": "user", "content": script.request}]
+    if script.unanswered:
+        with pytest.raises((ToolCrashed, AgentsException)) as crash:
+            run(first)
+        data = crash.value.run_data  # what the SDK had when the tool crashed
+        kept = [{"role": "user", "content": data.input}] if isinstance(data.input, str) else list(data.input)
+        kept += [x.to_input_item() for x in data.new_items]
+        # the SDK keeps no record of the response whose tool crashed; the app has it from the model
+        assert len(data.raw_responses) == len(model.outputs) - 1
+        kept += [o.model_dump(exclude_unset=True) for o in model.outputs[-1]]
+        assert any(item(x).get("call_id") == script.unanswered[0] for x in kept)
+        result = run([*kept, {"role": "user", "content": RESUME}])
+    else:
+        result = run(first)
+    assert result.final_output == FINAL_ANSWER
+    return script, store, model, result
+
+
+def items_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A corpus chat message as Responses-API input items (what an app stores)."""
+    if message["role"] == "tool":
+        return [{"type": "function_call_output", "call_id": message["tool_call_id"], "output": message["content"]}]
+    if message["role"] == "assistant":
+        out: list[dict[str, Any]] = (
+            [{"role": "assistant", "content": message["content"]}] if message.get("content") else []
+        )
+        return out + [
+            {
+                "type": "function_call",
+                "call_id": c["id"],
+                "name": c["function"]["name"],
+                "arguments": c["function"]["arguments"],
+            }
+            for c in message.get("tool_calls") or []
+        ]
+    return [{"role": message["role"], "content": message["content"]}]
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
+@pytest.mark.parametrize("name", SESSIONS)
+def test_the_agent_loop_replays_corpus_sessions(corpus_dir, make_compactor, name, window):
+    script, store, model, result = replay(corpus_dir, name, window, make_compactor)
+    assert "read_tool_result" in model.tools[0]  # the read tool, as an Agents SDK FunctionTool
+    assert len(model.requests) == len(script.turns) + 1
+    for i, view in enumerate(model.requests):
+        where = f"{name} at {window}, request {i}"
+        assert problems(view) == [], where
+        from progressive_compactor.testing import estimate
+
+        assert estimate(view) <= window, where
+        assert request_in(script.request, view), where
+    assert_tiers(store.records, window, len(model.requests), script)
+    if script.unanswered:
+        resumed = model.requests[-1]
+        assert [m for m in resumed if m.get("tool_call_id") == script.unanswered[0]]
+
+
+def test_items_convert_both_ways_without_loss():
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "think"}],
+        "encrypted_content": "opaque",
+    }
+    items = [
+        {"role": "user", "content": "fix it"},
+        reasoning,
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "content": [{"type": "output_text", "text": "looking", "annotations": []}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": '{"command": "ls"}', "id": "fc_1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "out " * 40},
+    ]
+    dicts = to_dicts(items, "be brief")
+    assert [d["role"] for d in dicts] == ["system", "user", "assistant", "tool"]
+    assert dicts[2]["tool_calls"][0]["id"] == "c1" and dicts[2]["content"] == "looking"
+    same, kept = from_view(dicts, {id(d) for d in dicts})
+    assert kept and all(a is b for a, b in zip(same, items, strict=True))
+    changed = [*dicts[:3], dict(dicts[3], content="[offloaded] preview")]
+    back, _ = from_view(changed, {id(d) for d in dicts[:3]})
+    assert back[:4] == items[:4] and back[1] is reasoning  # the reasoning item stays with its call
+    assert back[4] == {"type": "function_call_output", "call_id": "c1", "output": "[offloaded] preview"}
+    dangling = [*dicts[:3], {"role": "tool", "tool_call_id": "c1", "content": "[no result]"}]
+    back, _ = from_view(dangling, {id(d) for d in dicts[:3]})
+    assert back[-1] == {"type": "function_call_output", "call_id": "c1", "output": "[no result]"}
+
+
+def test_a_failing_compactor_never_breaks_the_run(make_compactor):
+    store = ListStore()
+    compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])
+
+    class Broken:
+        from progressive_compactor.plugin import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def estimate_tokens(self, messages):
+            raise RuntimeError("tokenizer exploded")
+
+    compactor.pm.register(Broken(), "broken")
+    model = ReplayModel(None)
+    agent = Agent(name="a", instructions="be brief", model=model)
+    config = RunConfig(call_model_input_filter=call_model_input_filter(compactor), tracing_disabled=True)
+    result = asyncio.run(Runner.run(agent, "fix the bug", run_config=config))
+    assert result.final_output == FINAL_ANSWER
+    assert model.requests[0] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "fix the bug"}]
+    assert store.records[-1].errors[0].startswith("compaction failed, sent the uncompacted input: RuntimeError")
+
+
+def test_a_view_that_cannot_fit_raises_a_clear_error(make_compactor):
+    class KeepsEverything:
+        from progressive_compactor.plugin import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def fallback_compact(self, messages):
+            return list(messages)
+
+    compactor = make_compactor(context_window=1_000)
+    compactor.pm.register(KeepsEverything(), "keeps-everything")
+    model = ReplayModel(None)
+    agent = Agent(name="a", model=model)
+    config = RunConfig(call_model_input_filter=call_model_input_filter(compactor), tracing_disabled=True)
+    with pytest.raises(ContextWindowExceededError, match="over the context window of 1000"):
+        asyncio.run(Runner.run(agent, "x" * 20_000, run_config=config))
+    assert model.requests == []
+
+
+def test_usage_anchors_the_session(make_compactor):
+    from progressive_compactor.testing import build_history
+
+    records = []
+    compactor = make_compactor(context_window=16_000)
+    model = ReplayModel(None, usage_factor=1.3)
+    compaction = call_model_input_filter(compactor, on_record=records.append, session_id="u")
+    agent = Agent(name="a", instructions="You are a careful coding agent.", model=model)
+    config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+    items = [x for m in build_history([3000] * 12, system=None) for x in items_of(m)]
+    first = asyncio.run(
+        Runner.run(agent, [*items, {"role": "user", "content": "go on"}], run_config=config, hooks=compaction.hooks)
+    )
+    asyncio.run(
+        Runner.run(
+            agent,
+            [*first.to_input_list(), {"role": "user", "content": "and now?"}],
+            run_config=config,
+            hooks=compaction.hooks,
+        )
+    )
+    assert records[0].token_correction == 1.0
+    assert records[-1].token_correction == pytest.approx(1.3, abs=0.02)
+    assert records[-1].tier is not CompactionTier.NONE
+    assert json.dumps([r.session_id for r in records]) == json.dumps(["u", "u"])
+
+
+def test_the_example_runs_offline():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "openai_agents_agent.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "Context compressed" in out.stdout + out.stderr
+    assert "final answer: Fixed: the tests pass." in out.stdout

@@ -1,0 +1,348 @@
+"""Pydantic AI: an ``Agent`` with the compacting history processor, its own agent loop, a
+``FunctionModel`` replaying corpus sessions and tools returning the recorded results.
+
+On Pydantic AI 2.x the processor goes in as a ``ProcessHistory`` capability; on 1.x as
+``history_processors=[...]``. The tests run with whichever major is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+pydantic_ai = pytest.importorskip("pydantic_ai", reason="the [pydantic-ai] extra is not installed")
+
+from pydantic_ai import Agent, RunContext, capture_run_messages  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai.usage import RequestUsage  # noqa: E402
+
+from integration_replay import (  # noqa: E402
+    FINAL_ANSWER,
+    RESUME,
+    SESSIONS,
+    WINDOWS,
+    Script,
+    ToolCrashed,
+    assert_tiers,
+)
+from progressive_compactor import CompactionTier  # noqa: E402
+from progressive_compactor.integrations.pydantic_ai import (  # noqa: E402
+    ContextWindowExceededError,
+    async_history_processor,
+    capability,
+    from_view,
+    history_processor,
+    read_tool_result_tool,
+    to_dicts,
+)
+from progressive_compactor.testing import ListStore  # noqa: E402
+
+pytestmark = pytest.mark.corpus
+MAJOR = int(pydantic_ai.__version__.split(".")[0])
+
+
+def agent_with(model, processor, **kwargs) -> Agent:
+    if MAJOR >= 2:
+        from pydantic_ai.capabilities import ProcessHistory
+
+        return Agent(model, capabilities=[ProcessHistory(processor)], **kwargs)
+    return Agent(model, history_processors=[processor], **kwargs)
+
+
+def text_of(part) -> str:
+    if isinstance(part, (SystemPromptPart, TextPart)):
+        return part.content
+    if isinstance(part, UserPromptPart):
+        return part.content if isinstance(part.content, str) else " ".join(str(c) for c in part.content)
+    if isinstance(part, ToolReturnPart):
+        return part.model_response_str()
+    if isinstance(part, RetryPromptPart):
+        return part.model_response()
+    if isinstance(part, ToolCallPart):
+        return part.tool_name + part.args_as_json_str()
+    return ""
+
+
+def check(messages, info: AgentInfo, window: int, request: str, where: str) -> None:
+    """What a provider needs of the messages, checked on Pydantic AI's own structures: each tool
+    call answered in the next request, no return without its call, inside the window (characters
+    ÷ 4, instructions included), the first user request in one part."""
+    pending: set[str] = set()
+    for i, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            assert not pending, f"{where}: calls {pending} unanswered before message {i}"
+            pending = {p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)}
+        else:
+            answers = {
+                p.tool_call_id
+                for p in message.parts
+                if isinstance(p, (ToolReturnPart, RetryPromptPart)) and p.tool_name
+            }
+            assert answers == pending, f"{where}: message {i} answers {answers}, the calls were {pending}"
+            pending = set()
+    assert isinstance(messages[-1], ModelRequest), where
+    texts = [text_of(p) for m in messages for p in m.parts]
+    chars = sum(len(t) for t in texts) + len(info.instructions or "")
+    assert chars / 4 <= window, f"{where}: about {chars // 4} tokens in a window of {window}"
+    parts = [p for p in request.split("\n[... ") if p][:1]
+    assert any(all(p[:2000] in t for p in parts) for t in texts), f"{where}: the first user request is missing"
+
+
+class Replayer:
+    """The FunctionModel's function: the next recorded assistant message, every request kept."""
+
+    __name__ = "replayer"  # FunctionModel names its model after the function
+
+    def __init__(self, script: Script | None, window: int, usage_factor: float = 1.0):
+        self.script = script
+        self.window = window
+        self.usage_factor = usage_factor
+        self.requests: list[list[Any]] = []
+        self.infos: list[AgentInfo] = []
+
+    def __call__(self, messages, info: AgentInfo) -> ModelResponse:
+        self.requests.append(list(messages))
+        self.infos.append(info)
+        chars = sum(len(text_of(p)) for m in messages for p in m.parts)
+        usage = RequestUsage(input_tokens=round(self.usage_factor * chars / 4), output_tokens=10)
+        turn = self.script.next_turn() if self.script is not None else None
+        if turn is None:
+            return ModelResponse(parts=[TextPart(FINAL_ANSWER)], usage=usage)
+        parts: list[Any] = [TextPart(turn["content"])] if turn.get("content") else []
+        parts += [
+            ToolCallPart(tool_name=c["function"]["name"], args=c["function"]["arguments"], tool_call_id=c["id"])
+            for c in turn.get("tool_calls") or []
+        ]
+        return ModelResponse(parts=parts, usage=usage)
+
+
+def replay(corpus_dir, name, window, make_compactor, *, use_async=False):
+    script = Script(corpus_dir, name)
+    store = ListStore()
+    compactor = make_compactor(context_window=window, extra_plugins=[("list-store", store)])
+    replayer = Replayer(script, window)
+    make = async_history_processor if use_async else history_processor
+    processor = make(compactor, session_id="pai")
+
+    def bash(ctx: RunContext[Any], command: str) -> str:
+        """Run a shell command."""
+        return script.result(ctx.tool_call_id)
+
+    agent = agent_with(
+        FunctionModel(replayer),
+        processor,
+        system_prompt=script.system or "",
+        tools=[bash, read_tool_result_tool(compactor)],
+    )
+
+    from pydantic_ai.usage import UsageLimits
+
+    limits = UsageLimits(request_limit=None)
+
+    def run(prompt, history=None):
+        if use_async:
+            return asyncio.run(agent.run(prompt, message_history=history, usage_limits=limits))
+        return agent.run_sync(prompt, message_history=history, usage_limits=limits)
+
+    if script.unanswered:
+        with capture_run_messages() as kept, pytest.raises(ToolCrashed):
+            run(script.request)
+        calls = [
+            p.tool_call_id for m in kept if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, ToolCallPart)
+        ]
+        assert script.unanswered[0] in calls
+        full = processor.full_history("pai", kept)  # what the agent stores: the whole history up to the crash
+        last = next(m for m in reversed(full) if isinstance(m, ModelResponse))
+        assert last.parts[-1].tool_call_id == script.unanswered[0]  # the call the crash left unanswered
+        # the conversation goes on from the stored history: the dangling call, then a new request
+        # (Pydantic AI 1.x refuses a new prompt right after unprocessed calls, so it is a message)
+        stored = [m for m in full if not (isinstance(m, ModelRequest) and not m.parts)]
+        result = run(None, [*stored, ModelRequest(parts=[UserPromptPart(RESUME)])])
+    else:
+        result = run(script.request)
+    assert result.output == FINAL_ANSWER
+    return script, store, replayer, result, processor
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
+@pytest.mark.parametrize("name", SESSIONS)
+def test_the_agent_loop_replays_corpus_sessions(corpus_dir, make_compactor, name, window):
+    script, store, replayer, result, processor = replay(corpus_dir, name, window, make_compactor)
+    assert len(replayer.requests) == len(script.turns) + 1
+    assert "read_tool_result" in [t.name for t in replayer.infos[0].function_tools]  # in Pydantic AI's tool form
+    for i, (messages, info) in enumerate(zip(replayer.requests, replayer.infos)):
+        check(messages, info, window, script.request, f"{name} at {window}, request {i}")
+    assert_tiers(store.records, window, len(replayer.requests), script)
+    # the processor keeps the whole history whatever the run keeps: every recorded result is in it
+    full = processor.full_history("pai", result.all_messages())
+    assert full[-1] is result.all_messages()[-1]
+    returns = {
+        p.tool_call_id: p.content
+        for m in full
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    }
+    assert all(returns[call_id] == text for call_id, text in script.results.items())
+    if MAJOR >= 2 and any(r.tier is not CompactionTier.NONE for r in store.records[:-1]):
+        # 2.x: the run holds the compacted view, not the history (what the docs say plainly)
+        assert len(result.all_messages()) < len(full) + 1
+    if script.unanswered:
+        resumed = replayer.requests[-1]
+        answer = [
+            p
+            for m in resumed
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if getattr(p, "tool_call_id", None) == script.unanswered[0]
+        ]
+        assert len(answer) == 1
+
+
+def test_the_async_processor(corpus_dir, make_compactor):
+    name = SESSIONS[2]
+    script, store, replayer, *_ = replay(corpus_dir, name, 8_000, make_compactor, use_async=True)
+    for i, (messages, info) in enumerate(zip(replayer.requests, replayer.infos)):
+        check(messages, info, 8_000, script.request, f"async request {i}")
+    assert_tiers(store.records, 8_000, len(replayer.requests), script)
+
+
+def test_parts_convert_both_ways_without_loss():
+    call = ToolCallPart(tool_name="bash", args={"command": "ls"}, tool_call_id="c1")
+    history = [
+        ModelRequest(parts=[SystemPromptPart("sys"), UserPromptPart("fix it")], instructions="be brief"),
+        ModelResponse(parts=[TextPart("looking"), call], model_name="m1"),
+        ModelRequest(
+            parts=[ToolReturnPart(tool_name="bash", content="out " * 50, tool_call_id="c1", metadata={"k": 1})]
+        ),
+    ]
+    dicts = to_dicts(history)
+    assert [d["role"] for d in dicts] == ["system", "user", "assistant", "tool"]
+    assert json.loads(dicts[2]["tool_calls"][0]["function"]["arguments"]) == {"command": "ls"}
+    same = from_view(dicts, {id(d) for d in dicts})
+    assert all(a is b for a, b in zip(same, history))
+    changed = [*dicts[:3], dict(dicts[3], content="[offloaded] preview")]
+    back = from_view(changed, {id(d) for d in dicts[:3]})
+    assert back[0] is history[0] and back[1] is history[1]
+    part = back[2].parts[0]
+    assert (part.tool_name, part.tool_call_id, part.metadata, part.content) == (
+        "bash",
+        "c1",
+        {"k": 1},
+        "[offloaded] preview",
+    )
+    compacted = [dicts[0], {"role": "user", "content": "[Context Compaction]\nsummary"}, *dicts[2:]]
+    back = from_view(compacted, {id(d) for d in dicts})
+    assert isinstance(back[0].parts[1], UserPromptPart) and back[0].instructions == "be brief"
+    back = from_view(compacted, {id(d) for d in dicts}, "system")
+    assert isinstance(back[0].parts[1], SystemPromptPart)
+    dangling = [
+        *dicts[:3],
+        {"role": "tool", "tool_call_id": "c1", "content": "[no result]"},
+        {"role": "user", "content": "go on"},
+    ]
+    back = from_view(dangling, {id(d) for d in dicts[:3]})
+    assert isinstance(back[2].parts[0], ToolReturnPart) and back[2].parts[0].tool_name == "bash"
+
+
+def test_a_failing_compactor_never_breaks_the_run(make_compactor):
+    store = ListStore()
+    compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])
+
+    class Broken:
+        from progressive_compactor.plugin import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def load_state(self, session_id):
+            raise RuntimeError("state store down")
+
+        @hookimpl(tryfirst=True)
+        def estimate_tokens(self, messages):
+            raise RuntimeError("tokenizer exploded")
+
+    compactor.pm.register(Broken(), "broken")
+    replayer = Replayer(None, 8_000)
+    result = agent_with(FunctionModel(replayer), history_processor(compactor)).run_sync("fix the bug")
+    assert result.output == FINAL_ANSWER
+    assert text_of(replayer.requests[0][-1].parts[-1]) == "fix the bug"
+    assert any(e.startswith("compaction failed, sent the uncompacted input") for e in store.records[-1].errors)
+
+
+def test_a_view_that_cannot_fit_raises_a_clear_error(make_compactor):
+    class KeepsEverything:
+        from progressive_compactor.plugin import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def fallback_compact(self, messages):
+            return list(messages)
+
+    compactor = make_compactor(context_window=1_000)
+    compactor.pm.register(KeepsEverything(), "keeps-everything")
+    replayer = Replayer(None, 1_000)
+    with pytest.raises(ContextWindowExceededError, match="over the context window of 1000"):
+        agent_with(FunctionModel(replayer), history_processor(compactor)).run_sync("x" * 20_000)
+    assert replayer.requests == []
+
+
+def test_usage_anchors_the_session(make_compactor):
+    from progressive_compactor.testing import build_history
+
+    records = []
+    compactor = make_compactor(context_window=16_000)
+    replayer = Replayer(None, 16_000, usage_factor=1.3)
+    processor = history_processor(compactor, on_record=records.append, session_id="u")
+    agent = agent_with(FunctionModel(replayer), processor)
+    history: list[Any] = [ModelRequest(parts=[UserPromptPart(build_history([1], system=None)[0]["content"])])]
+    for m in build_history([3000] * 12, system=None)[1:]:
+        if m["role"] == "assistant":
+            c = m["tool_calls"][0]
+            history.append(
+                ModelResponse(parts=[ToolCallPart("bash", c["function"]["arguments"], tool_call_id=c["id"])])
+            )
+        else:
+            history.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
+    first = agent.run_sync("go on", message_history=history)
+    agent.run_sync("and now?", message_history=processor.full_history("u", first.all_messages()))
+    assert records[0].token_correction == 1.0
+    assert records[-1].token_correction == pytest.approx(1.3, abs=0.02)
+    assert records[-1].tier is not CompactionTier.NONE  # 1.3 × the estimate passes the Warn share
+
+
+def has_capabilities() -> bool:
+    try:
+        from pydantic_ai.capabilities import ProcessHistory  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not has_capabilities(), reason="this Pydantic AI has no ProcessHistory capability (early 1.x)")
+def test_the_capability_helper(make_compactor):
+    compactor = make_compactor(context_window=100_000)
+    replayer = Replayer(None, 100_000)
+    result = Agent(FunctionModel(replayer), capabilities=[capability(compactor)]).run_sync("hello")
+    assert result.output == FINAL_ANSWER
+
+
+def test_the_example_runs_offline():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "pydantic_ai_agent.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "Context compressed" in out.stdout + out.stderr
+    assert "final answer: Fixed: the tests pass." in out.stdout

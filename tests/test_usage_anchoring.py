@@ -1,0 +1,206 @@
+"""Provider usage anchoring: the provider's reported count corrects a session's estimate.
+
+The "provider" here counts every request at ``factor ×`` the characters ÷ 4 estimate (1.3 for
+text that tokenizes worse than the estimate assumes, 0.7 for text that tokenizes better): the
+±30 % by which real tokenizers differ from characters ÷ 4. With the count reported after every
+call, the tiers fire at the share of the window the provider really sees; without, they fire at
+the estimate's share, which is the wrong turn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from progressive_compactor import CompactionTier
+from progressive_compactor.testing import build_history, estimate, filler, problems, tool_call
+
+THRESHOLDS = (
+    (0.95, CompactionTier.EMERGENCY),
+    (0.80, CompactionTier.FULL),
+    (0.70, CompactionTier.SOFT),
+    (0.60, CompactionTier.WARN),
+)
+
+
+def tier_at(tokens: float, window: int) -> CompactionTier:
+    """The default policy's tier for ``tokens`` in ``window``."""
+    for share, tier in THRESHOLDS:
+        if tokens >= share * window:
+            return tier
+    return CompactionTier.NONE
+
+
+def provider(view, factor: float) -> int:
+    """What the fake provider reports for a request carrying ``view``."""
+    return round(factor * estimate(view))
+
+
+def replay(compactor, history, factor: float, *, report: bool, sid: str = "s", async_=False):
+    """A view before each assistant message, as an agent loop asks for one. Returns one row per
+    turn: (record, true tokens of the view the compactor was about to send, the view, and how
+    far the anchored count may be from the true one: the provider reports whole tokens, so the
+    ratio learnt from a view of ``n`` estimated tokens is exact to ``±0.5 / n``)."""
+    rows = []
+    previous_view: list = []
+    previous_len = 0
+    for i, message in enumerate(history):
+        if message["role"] != "assistant" or i == 0:
+            continue
+        candidate = previous_view + history[previous_len:i]
+        if async_:
+            import asyncio
+
+            view, record = asyncio.run(compactor.acompact_with_record(history[:i], sid))
+        else:
+            view, record = compactor.compact_with_record(history[:i], sid)
+        true = factor * estimate(candidate)
+        rows.append((record, true, view, 2 + true / max(estimate(previous_view), 1)))
+        if report:
+            compactor.observe_usage(sid, provider(view, factor))
+        previous_view, previous_len = view, i
+    return rows
+
+
+def requested(record) -> CompactionTier:
+    return record.requested_tier if record.requested_tier is not None else record.tier
+
+
+WINDOW = 16_000
+
+
+@pytest.mark.parametrize("factor", [1.3, 0.7], ids=["true+30%", "true-30%"])
+def test_tiers_fire_at_the_true_share_with_anchoring_and_not_without(make_compactor, factor):
+    history = build_history([1900] * 34)
+    anchored = replay(make_compactor(context_window=WINDOW), history, factor, report=True)
+    plain = replay(make_compactor(context_window=WINDOW), history, factor, report=False)
+    # the session is built so that no turn's true count lies within 4 tokens of a threshold
+    for _, true, _, tolerance in anchored[1:]:
+        assert all(abs(true - share * WINDOW) > tolerance for share, _ in THRESHOLDS), true
+    for n, (record, true, view, tolerance) in enumerate(anchored):
+        assert problems(view) == []
+        if n == 0:  # nothing reported yet: the estimate stands
+            assert record.token_correction == 1.0
+            continue
+        assert record.token_correction == pytest.approx(factor, abs=0.02)
+        assert abs(record.tokens_before - true) <= tolerance, (n, record.tokens_before, true)
+        assert requested(record) is tier_at(true, WINDOW), (n, record.tier, true / WINDOW)
+    fired_true = next(n for n, (r, *_) in enumerate(anchored) if r.tier is not CompactionTier.NONE)
+    fired_plain = next(n for n, (r, *_) in enumerate(plain) if r.tier is not CompactionTier.NONE)
+    true_first = next(n for n, (_, true, *_) in enumerate(anchored) if tier_at(true, WINDOW) is not CompactionTier.NONE)
+    assert fired_true == true_first
+    # without anchoring the first compaction comes at the estimate's 60 %: too late at +30 %
+    # (the provider already sees more than 60 %), too early at -30 %
+    if factor > 1:
+        assert fired_plain > true_first
+        assert tier_at(plain[fired_plain][1], WINDOW) >= CompactionTier.SOFT  # overshot Warn entirely
+    else:
+        assert fired_plain < true_first
+        assert tier_at(plain[fired_plain][1], WINDOW) is CompactionTier.NONE
+    assert all(r.token_correction == 1.0 for r, *_ in plain)
+    # anchored, every request the provider saw was below the Soft threshold (compactions bring
+    # the view back under it); unanchored at +30 % some were past Full
+    assert max(provider(v, factor) for _, _, v, _ in anchored) < 0.70 * WINDOW
+    if factor > 1:
+        assert max(provider(v, factor) for _, _, v, _ in plain) > 0.80 * WINDOW
+
+
+def test_emergency_truncates_to_the_budget_in_true_tokens(make_compactor):
+    history = build_history([1500] * 30)
+    budget = 0.5 * WINDOW
+    results = {}
+    for report in (True, False):
+        compactor = make_compactor(context_window=WINDOW)
+        view = compactor.compact(history[:3], "s")
+        if report:
+            compactor.observe_usage("s", provider(view, 1.3))
+        forced = compactor.compact_force(history, "s")
+        assert problems(forced) == []
+        results[report] = provider(forced, 1.3)
+    assert results[True] <= budget
+    assert results[False] > budget  # the estimate's budget is 30 % over in the provider's tokens
+
+
+def test_loop_guard_judges_the_summary_in_true_tokens(make_compactor):
+    """A Soft summary that leaves the view below 70 % of the window by the estimate but above it
+    in the provider's count escalates to Full: the loop guard checks the corrected count."""
+    history = build_history([1900] * 6)
+    history += [
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("big", "cat big.log")]},
+        {"role": "tool", "tool_call_id": "big", "content": filler(26_000, "big")},
+        {"role": "assistant", "content": "The log is long; reading on."},
+        {"role": "user", "content": "go on"},
+    ]
+    compactor = make_compactor(context_window=WINDOW)
+    first = compactor.compact(history[:2], "s")
+    compactor.observe_usage("s", provider(first, 1.3))
+    assert tier_at(provider(history, 1.3), WINDOW) is CompactionTier.SOFT
+    view, record = compactor.compact_with_record(history, "s")
+    assert record.requested_tier is CompactionTier.SOFT
+    assert record.tier is CompactionTier.FULL
+    assert record.escalations and record.escalations[0].startswith("loop guard: Soft left the view at 7")
+    assert provider(view, 1.3) < 0.70 * WINDOW
+    assert problems(view) == []
+
+
+def test_async_turns_are_anchored_too(make_compactor):
+    history = build_history([1900] * 34)
+    rows = replay(make_compactor(context_window=WINDOW), history, 1.3, report=True, async_=True)
+    for n, (record, true, *_) in enumerate(rows[1:], start=1):
+        assert requested(record) is tier_at(true, WINDOW), n
+
+
+def test_observe_usage_edges(make_compactor):
+    compactor = make_compactor(context_window=WINDOW)
+    assert compactor.observe_usage("s", 1000) is None  # no view returned yet: nothing to anchor
+    view = compactor.compact(build_history([400] * 3), "s")
+    tokens = estimate(view)
+    assert compactor.observe_usage("s", round(tokens * 1.25)) == pytest.approx(1.25, abs=0.01)
+    assert compactor.observe_usage("s", tokens * 100) == 4.0  # kept between 0.25 and 4
+    assert compactor.observe_usage("s", 1) == 0.25
+    for bad in (-1, 2.5, "10", True):
+        with pytest.raises(ValueError, match="input_tokens"):
+            compactor.observe_usage("s", bad)
+    assert compactor.observe_usage("s", 0) is None  # a provider that reports nothing changes nothing
+    _, record = compactor.compact_with_record(build_history([400] * 3), "s")
+    assert record.token_correction == 0.25
+    assert compactor.observe_usage("other", 100) is None  # sessions are separate
+    compactor.delete_session("s")
+    _, record = compactor.compact_with_record(build_history([400] * 3), "s")
+    assert record.token_correction == 1.0
+
+
+def test_the_session_helper_reports_usage(make_compactor):
+    from progressive_compactor import Session
+
+    compactor = make_compactor(context_window=WINDOW)
+    session = Session(compactor, "helper")
+    session.extend(build_history([400] * 3))
+    view = session.view()
+    assert session.observe_usage(round(estimate(view) * 1.3)) == pytest.approx(1.3, abs=0.01)
+    session.view()
+    assert session.last_record.token_correction == pytest.approx(1.3, abs=0.01)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("factor", [1.3, 0.7], ids=["true+30%", "true-30%"])
+@pytest.mark.parametrize(
+    "name",
+    ["msa__django__django-11049__deepseek-chat-test-1-100.jsonl", "claudecode__entire-cli__6d63c3a51594-0.jsonl"],
+)
+def test_corpus_sessions_fire_at_the_true_share(corpus_dir: Path, make_compactor, factor, name):
+    history = [json.loads(line) for line in (corpus_dir / name).read_text("utf-8").splitlines() if line.strip()]
+    window = 32_000
+    anchored = replay(make_compactor(context_window=window), history, factor, report=True)
+    plain = replay(make_compactor(context_window=window), history, factor, report=False)
+    for n, (record, true, view, tolerance) in enumerate(anchored[1:], start=1):
+        assert problems(view) == []
+        # no turn of these sessions lies closer to a threshold than the count's rounding
+        assert all(abs(true - share * window) > tolerance for share, _ in THRESHOLDS), (n, true)
+        assert abs(record.tokens_before - true) <= tolerance, (n, record.tokens_before, true)
+        assert requested(record) is tier_at(true, window), (n, record.tier, true / window)
+    assert max(provider(v, factor) for _, _, v, _ in anchored[1:]) <= window
+    # the same replay unanchored decides on the estimate: some turn at another tier than the true one
+    assert any(requested(r) is not tier_at(true, window) for r, true, *_ in plain)
