@@ -296,3 +296,16 @@ class CompactionRecord:
     summarizer_tokens_out: int = 0
     summarizer_calls: int = 0
     context_window: int = 0
+
+    def summary(self) -> str:
+        """What this call did, as the notice says it (one line for a call that needed nothing)::
+
+            ⚡ Context compressed [Full] 45.2K->8.1K tokens (82% smaller, 6% of window)
+               5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved
+        """
+        from .notice import describe
+
+        return describe(self)
+
+    def __str__(self) -> str:
+        return self.summary()
