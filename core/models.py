@@ -300,8 +300,8 @@ class CompactionRecord:
     def summary(self) -> str:
         """What this call did, as the notice says it (one line for a call that needed nothing)::
 
-            ⚡ Context compressed [Full] 45.2K->8.1K tokens (82% smaller, 6% of window)
-               5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved
+        ⚡ Context compressed [Full] 45.2K->8.1K tokens (82% smaller, 6% of window)
+           5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved
         """
         from .notice import describe
 

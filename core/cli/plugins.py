@@ -41,7 +41,7 @@ def description(name: str, obj: Any) -> str:
         if not doc or not doc.strip():
             continue
         first = doc.strip().splitlines()[0].strip()
-        first = re.sub(rf"^``{re.escape(name)}``:\s*", "", first)
+        first = re.sub(rf"^``{re.escape(name)}``:\s*", "", first).replace("``", "")
         if first and not first.startswith("Base of "):
             return first[0].upper() + first[1:]
     return ""

@@ -96,7 +96,7 @@ def records(
     from ..notice import changed_view
     from ..redaction import SecretRegistry, config_secrets
     from ..storage import resolve_data_dir
-    from .render import Where, compaction_detail, details_hint, records_view
+    from .render import Where, compaction_detail, details_hint, print_all, records_view
 
     cfg = load_cli_config(config, data_dir=data_dir)
     redact = SecretRegistry(config_secrets(cfg)).redact
@@ -142,7 +142,7 @@ def records(
     def detail(n: int) -> None:
         record = found[n - 1]
         heading = f"#{n} {record.tier.label} · {record.timestamp[:19].replace('T', ' ')}"
-        out.print(compaction_detail(record, heading=heading, where=at, full=full, lost=lost.get(record.id)))
+        print_all(out, compaction_detail(record, heading=heading, where=at, full=full, lost=lost.get(record.id)))
 
     if number is not None:
         detail(number)
@@ -153,9 +153,7 @@ def records(
             if changed_view(record):
                 detail(n)
     else:
-        hint = details_hint(found, command)
-        if hint is not None:
-            out.print(hint)
+        print_all(out, details_hint(found, command))
 
 
 def _options(config: str, data_dir: str | None) -> list[str]:
@@ -188,13 +186,27 @@ def parse_line_range(value: str | None) -> tuple[int, int] | None:
 def show(handle: str, line_range: str | None, config: str, data_dir: str | None, as_json: bool) -> None:
     """Print an offloaded tool result by its HANDLE (as named in the placeholder), whole or a line range.
 
+    Results written by 'compact' and by the library live in the data folder, found from any
+    folder; what 'replay --keep DIR' kept is read with --data-dir DIR. 'compactor records SESSION
+    --full' lists each compaction's offloaded results with the command that prints each.
+
     \b
     Example: compactor show my-session/call_42 --lines 120:180
     """
+    from ..errors import CompactorError
+
     lines = parse_line_range(line_range)
     cfg = load_cli_config(config, data_dir=data_dir)
     with storage_compactor(cfg) as compactor:
-        text = compactor.secrets.redact(compactor.read_tool_result(handle, lines))
+        try:
+            text = compactor.secrets.redact(compactor.read_tool_result(handle, lines))
+        except CompactorError as exc:
+            if "/" in handle or not compactor.records(handle):
+                raise
+            command = shlex.join(["compactor", "records", handle, *_options(config, data_dir), "--full"])
+            raise click.ClickException(
+                f"{exc}; {handle!r} is a session: what its compactions did is printed by {command}"
+            ) from exc
     if as_json:
         end = None if lines is None or lines[1] == sys.maxsize else lines[1]
         echo_json({"handle": handle, "lines": None if lines is None else [lines[0], end], "text": text})

@@ -10,7 +10,9 @@ Every table fits the console's width, 80 columns included, by design rather than
 squeezing: a row is one line; a column of names is shortened in the middle (``msa__dja…-1-100``)
 with the full names listed below the table; when even that is not enough, the least useful
 columns are left out and a line below the table says which. Long text (errors, loop-guard
-notes, anchors, summaries) is printed below a table, never in a column.
+notes, anchors, summaries) is printed below a table, never in a column. A command to copy is
+printed on its own line and never broken (:class:`Command`): the terminal wraps it on screen, and
+it still pastes as one command.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ def fit_table(
         pad_edge=False,
         padding=(0, 1, 0, 0),
         collapse_padding=True,
+        show_header=any(columns[i].header for i in keep),
         show_footer=footer is not None,
     )
     for i in keep:
@@ -280,16 +283,16 @@ def records_view(records: Sequence[CompactionRecord], width: int, title: str) ->
         Column("#"),
         Column("time", justify="left", drop=4),
         Column("tier", justify="left"),
-        *([Column("variant", justify="left", shorten=8)] if show_variant else []),
+        *([Column("variant", justify="left", shorten=8, comfortable=12, drop=1)] if show_variant else []),
         Column("tokens", meaning="the view before → after (K = 1,000)"),
-        Column("smaller", meaning="share of the view's tokens removed"),
+        Column("cut", meaning="share of the view's tokens removed"),
         Column("window", drop=3, meaning="the view sent, share of the context window"),
         Column("msgs", drop=5, meaning="messages in the view before → after"),
         Column("summ.", meaning="messages folded into the summary"),
         Column("offloads"),
         Column("tail", drop=2, meaning="newest messages kept as they were"),
         Column("ms", drop=6, meaning="the call's time"),
-        Column("see", justify="left", meaning="told below the table"),
+        Column("see", justify="left", meaning="errors and loop-guard escalations, told below the table"),
     ]
     flagged = any(r.errors or r.escalations for r in records)
     rows = []
@@ -299,7 +302,7 @@ def records_view(records: Sequence[CompactionRecord], width: int, title: str) ->
         if r.errors:
             flags.append("error")
         if r.escalations:
-            flags.append("loop guard")
+            flags.append("guard")
         smaller = (
             f"{round((1 - r.tokens_after / r.tokens_before) * 100)}%"
             if r.tokens_before and r.tokens_after < r.tokens_before
@@ -388,6 +391,28 @@ SUMMARY_LINES = 6
 """Lines of the summary text shown without ``--full``."""
 
 
+@attrs.frozen
+class Command:
+    """A command to copy: printed on its own line and never broken, however narrow the terminal
+    (a terminal wraps it on screen; a hard line break would break the copy)."""
+
+    text: str
+    comment: str = ""
+    indent: int = 2
+
+
+def print_all(console: Console, parts: Iterable[Any]) -> None:
+    """Print renderables one after another, :class:`Command` lines unbroken."""
+    for part in parts:
+        if isinstance(part, Command):
+            line = Text(" " * part.indent + part.text)
+            if part.comment:
+                line.append(f"   # {part.comment}", style="dim")
+            console.print(line, soft_wrap=True)
+        else:
+            console.print(part)
+
+
 def compaction_detail(
     record: CompactionRecord,
     *,
@@ -395,15 +420,15 @@ def compaction_detail(
     where: Where,
     full: bool,
     lost: Mapping[str, Sequence[str]] | None = None,
-) -> RenderableType:
-    """What one compaction did: the notice, the five anchors, the summary text, each offloaded
-    result with the command that prints it, the facts of the probe set no longer in the view
-    (known for replays), the errors and the loop guard's escalations.
+) -> list[Any]:
+    """What one compaction did, as parts for :func:`print_all`: the notice, the five anchors, the
+    summary text, each offloaded result with the command that prints it, the facts of the probe
+    set no longer in the view (known for replays), the errors and the loop guard's escalations.
 
     ``full`` prints every line of the anchors and the summary; otherwise each anchor's first
     line and the summary's first :data:`SUMMARY_LINES` lines, with how many more there are.
     """
-    parts: list[RenderableType] = [Rule(Text(heading, style="bold"), align="left", style="dim")]
+    parts: list[Any] = [Rule(Text(heading, style="bold"), align="left", style="dim")]
     parts.append(notice_text(record))
     if record.anchors:
         parts.append(Text("Anchors", style="bold"))
@@ -418,9 +443,7 @@ def compaction_detail(
         shown = lines if full else lines[:SUMMARY_LINES]
         more = "" if len(shown) == len(lines) else f" (first {len(shown)} of {len(lines)} lines; --full for all)"
         parts.append(Text("Summary" + more, style="bold"))
-        body = Text("\n".join(shown))
-        if not full:
-            body = Text("\n".join(_first_chars(line, 400) for line in shown))
+        body = Text("\n".join(shown if full else [_first_chars(line, 400) for line in shown]))
         parts.append(Padding(body, (0, 0, 0, 2)))
     if record.offloaded:
         if where.temporary:
@@ -428,12 +451,9 @@ def compaction_detail(
         else:
             heading = f"Offloaded tool results ({len(record.offloaded)}): print one with"
         parts.append(Text(heading, style="bold"))
-        commands = Text()
         for entry in record.offloaded:
-            commands.append(entry.handle if where.temporary else where.show_command(entry.handle))
-            commands.append(f"   # {entry.chars:,} characters, {entry.lines:,} lines\n", style="dim")
-        commands.rstrip()
-        parts.append(Padding(commands, (0, 0, 0, 2)))
+            size = f"{entry.chars:,} characters, {entry.lines:,} lines"
+            parts.append(Command(entry.handle if where.temporary else where.show_command(entry.handle), size))
     if lost is not None:
         missing = [(category, label) for category, labels in lost.items() for label in labels]
         if missing:
@@ -448,12 +468,12 @@ def compaction_detail(
             parts.append(Text("Facts of the probe set: all still in the view", style="green"))
     for title, items, style in (
         ("Errors", record.errors, "bold red"),
-        ("Loop guard (normal escalation)", record.escalations, "bold yellow"),
+        ("Loop guard (normal escalation, not an error)", record.escalations, "bold yellow"),
     ):
         if items:
             parts.append(Text(title, style=style))
             parts.append(Padding(Text("\n".join(" ".join(i.split()) for i in items)), (0, 0, 0, 2)))
-    return Group(*parts)
+    return parts
 
 
 def _clip(content: str, full: bool, lines: int) -> Text:
@@ -471,16 +491,19 @@ def _first_chars(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
 
 
-def details_hint(records: Sequence[CompactionRecord], command: str) -> Text | None:
-    """The line under ``records`` that says how to see a compaction's anchors, summary and offloads."""
+def details_hint(records: Sequence[CompactionRecord], command: str) -> list[Any]:
+    """The lines under ``records`` that say how to see a compaction's anchors, summary and offloads."""
     numbers = [n for n, r in enumerate(records, 1) if r.tier is not CompactionTier.NONE and changed_view(r)]
     if not numbers:
-        return None
-    return Text(
-        f"anchors, summary and offloaded results of compaction N: {command} --compaction N "
-        f"(e.g. {numbers[-1]}); of every one: --full",
-        style="dim",
-    )
+        return []
+    return [
+        Text(
+            f"What compaction N did (anchors, summary, offloaded results), e.g. N = {numbers[-1]}; "
+            "--full for every compaction:",
+            style="dim",
+        ),
+        Command(f"{command} --compaction N", indent=0),
+    ]
 
 
 # --- compactor replay -------------------------------------------------------------------------
@@ -496,7 +519,10 @@ def summary_view(summaries: Sequence[Mapping[str, Any]], width: int) -> Renderab
         ("LLM calls", lambda s: f"{s['calls']:,}"),
         *[(f"calls at tier {t.label}", (lambda tier: lambda s: str(s["tiers"][tier.name.lower()]))(t)) for t in TIERS],
         ("compactions changing the view", lambda s: str(s["view_changing_compactions"])),
-        ("peak view, share of window", lambda s: f"{s['peak_view_tokens']:,} ({s['peak_view_tokens'] / s['context_window']:.0%})"),
+        (
+            "peak view, share of window",
+            lambda s: f"{s['peak_view_tokens']:,} ({s['peak_view_tokens'] / s['context_window']:.0%})",
+        ),
         ("input tokens sent", lambda s: f"{s['total_input_tokens']:,}"),
         ("prompt-cache-stable", lambda s: _share(s.get("cache_stable_tokens"), s["total_input_tokens"])),
         ("overflows (view > window)", lambda s: _overflow(s["overflows"])),
@@ -651,7 +677,7 @@ def plugins_view(rows: Iterable[Mapping[str, Any]], config_source: str, width: i
             if row.get("description"):
                 cell.append(row["description"])
             if row["distribution"] and not row.get("builtin"):
-                cell.append(f" (from {row['distribution']} {row['version'] or ''})".rstrip(" ") , style="dim")
+                cell.append(f" (from {row['distribution']} {row['version'] or ''})".rstrip(" "), style="dim")
             cell.append("\nhooks: " + ", ".join(row["hooks"]), style="dim")
         selected = ", ".join(row["selected"])
         body.append(
@@ -693,6 +719,7 @@ def _wrapped(text: Text, width: int) -> Text:
 
 __all__ = [
     "Column",
+    "Command",
     "FittedTable",
     "Where",
     "compaction_detail",
@@ -703,6 +730,7 @@ __all__ = [
     "make_console",
     "notice_text",
     "plugins_view",
+    "print_all",
     "records_view",
     "replay_progress",
     "summary_view",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -56,6 +57,7 @@ def replay_summary(session: str, source: str, result: Any) -> dict[str, Any]:
         {
             "call": n,
             "message": t.index,
+            "record": t.record.id,
             "tier": t.tier.name.lower(),
             "requested_tier": t.record.requested_tier.name.lower() if t.record.requested_tier else None,
             "tokens_before": t.record.tokens_before,
@@ -160,7 +162,9 @@ def write_lost_facts(directory: Path, session_id: str, result: Any) -> None:
     from .records import facts_path
 
     lines = [
-        json.dumps({"record": t.record.id, "call": n, "message": t.index, "lost": {k: list(v) for k, v in t.lost.items()}})
+        json.dumps(
+            {"record": t.record.id, "call": n, "message": t.index, "lost": {k: list(v) for k, v in t.lost.items()}}
+        )
         for n, t in enumerate(result.turns, 1)
         if t.lost is not None
     ]
@@ -226,7 +230,7 @@ def replay(
     Example: compactor replay session.jsonl other.jsonl -w 16000 --details
     """
     from ..notice import changed_view
-    from .render import Where, compaction_detail, is_tty, notice_text, replay_progress, summary_view
+    from .render import Command, Where, compaction_detail, is_tty, notice_text, print_all, replay_progress, summary_view
 
     paths = expand_inputs(files)
     cfg = load_cli_config(config, context_window=context_window)
@@ -260,7 +264,9 @@ def replay(
                 return
             if details and changed_view(turn.record):
                 heading = f"call {calls} (message {turn.index})"
-                notices.print(compaction_detail(turn.record, heading=heading, where=at, full=False, lost=turn.lost))
+                print_all(
+                    notices, compaction_detail(turn.record, heading=heading, where=at, full=False, lost=turn.lost)
+                )
             else:
                 notices.print(notice_text(turn.record))
 
@@ -278,10 +284,9 @@ def replay(
         if keep:
             kept = str(Path(keep).expanduser().absolute())
             out.print(f"kept in {kept}: tool_results/, records/, replay/", markup=False)
-            out.print(
-                f"read the records with: compactor records {summaries[0]['session']} --data-dir {kept}",
-                markup=False,
-            )
+            out.print("read the records with:", markup=False)
+            command = shlex.join(["compactor", "records", summaries[0]["session"], "--data-dir", kept])
+            print_all(out, [Command(command, indent=0)])
 
 
 COMMANDS = [replay]

@@ -45,14 +45,22 @@ def default_output(inputs: Sequence[str], comparing: bool) -> str:
     return f"{name}-{'comparison' if comparing else 'report'}.html"
 
 
-def run_label(config: str, window: int | None, configs: int, windows: int) -> str:
+def config_names(configs: Sequence[str]) -> dict[str, str]:
+    """A short name per config: a bundled name, a file's name without ``.yaml``, or the path as
+    given when two files share a name."""
+    short = {c: Path(c).stem if c.endswith((".yaml", ".yml")) else c for c in configs}
+    names = list(short.values())
+    return {c: (c if names.count(name) > 1 else name) for c, name in short.items()}
+
+
+def run_label(config: str, window: int | None, configs: Sequence[str], windows: int) -> str:
     """What tells runs apart: the config (when there are several), the window (likewise)."""
     parts = []
-    if configs > 1:
-        parts.append(Path(config).stem if config.endswith((".yaml", ".yml")) else config)
+    if len(configs) > 1:
+        parts.append(config_names(configs)[config])
     if windows > 1 and window:
         parts.append(f"{window / 1000:g}k window")
-    return ", ".join(parts)
+    return " · ".join(parts)
 
 
 def replay_runs(
@@ -82,7 +90,7 @@ def replay_runs(
     out = []
     for sid, source, messages in zip(session_ids(files), files, histories, strict=True):
         for n, (config, window, cfg) in enumerate(cfgs, 1):
-            label = run_label(config, window or cfg.context_window, len(configs), len(windows))
+            label = run_label(config, window or cfg.context_window, configs, len(windows))
             folder = directory / f"run-{n}" if several else directory
             if progress is not None:
                 progress(f"{sid} {label}".strip())
@@ -222,7 +230,9 @@ def report(
     if as_json:
         echo_json({"output": target, "bytes": size, "runs": len(runs), "compactions": compactions})
     else:
-        click.echo(f"wrote {target} ({size // 1024} KB, {len(runs)} run{'s' if len(runs) > 1 else ''}, {compactions} compactions)")
+        click.echo(
+            f"wrote {target} ({size // 1024} KB, {len(runs)} run{'s' if len(runs) > 1 else ''}, {compactions} compactions)"
+        )
 
 
 COMMANDS = [report]

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import html
 import itertools
-import json
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
@@ -192,7 +191,9 @@ class ReportData:
         return f"{self.session} · {self.label}" if self.label else self.session or self.title
 
 
-def raw_tokens_per_call(messages: Sequence[Mapping[str, Any]], estimate: Any, message_index: Sequence[int]) -> list[int]:
+def raw_tokens_per_call(
+    messages: Sequence[Mapping[str, Any]], estimate: Any, message_index: Sequence[int]
+) -> list[int]:
     """Tokens of ``messages[:i]`` for each ``i`` of ``message_index``: the view each call would
     have sent without compaction, counted by ``estimate`` (the compactor's ``estimate_tokens``)."""
     from ..messages import messages_from_dicts
@@ -366,15 +367,17 @@ LABEL_PX = 15
 """Height of a band label in pixels: labels closer than this are moved apart."""
 
 
-def spread(wanted: Sequence[float], gap: float, floor: float = 0.0) -> list[float]:
+def spread(wanted: Sequence[float], gap: float, floor: float = 0.0, ceiling: float | None = None) -> list[float]:
     """Positions as close to ``wanted`` (ascending) as they can be while ``gap`` apart, none below
-    ``floor``: labels that would overlap are moved up (from the lowest) or down (from the highest)."""
+    ``floor`` nor above ``ceiling``: labels that would overlap move up, and down again from the
+    ceiling when they would pass it."""
     out = list(wanted)
     for i in range(len(out)):
-        low = floor if i == 0 else out[i - 1] + gap
-        out[i] = max(out[i], low)
-    for i in range(len(out) - 2, -1, -1):
-        out[i] = min(out[i], out[i + 1] - gap)
+        out[i] = max(out[i], floor if i == 0 else out[i - 1] + gap)
+    if ceiling is not None and out:
+        out[-1] = min(out[-1], ceiling)
+        for i in range(len(out) - 2, -1, -1):
+            out[i] = min(out[i], out[i + 1] - gap)
     return out
 
 
@@ -394,7 +397,8 @@ def _add_bands(fig: Any, data: ReportData, top: float) -> None:
     fig.add_hline(y=window, line_dash="dash", line_color="#444", line_width=1)
     labels.append((window + gap / 2, f"window {human_tokens(window)}", "#444"))
     labels.sort(key=lambda item: item[0])
-    for y, (_, text, colour) in zip(spread([y for y, _, _ in labels], gap, gap / 2), labels, strict=True):
+    placed = spread([y for y, _, _ in labels], gap, gap / 2, top - gap / 2)
+    for y, (_, text, colour) in zip(placed, labels, strict=True):
         fig.add_annotation(
             x=1.0,
             xref="paper",
@@ -831,6 +835,8 @@ code.cmd { font-size: .8rem; background: #eef2f6; padding: .05rem .3rem; border-
            overflow-wrap: anywhere; }
 .lost { color: #9a5b00; } .kept { color: #2a7a2a; } .err { color: #b00020; }
 .na { color: #999; }
+@media (max-width: 900px) { table.compactions td, table.compactions th { padding: .2rem .35rem; } }
+table.overview tr.group th { background: #f1f3f5; font-weight: 600; overflow-wrap: anywhere; }
 """
 
 _SCRIPT = """
@@ -839,7 +845,7 @@ _SCRIPT = """
     var el = document.getElementById(id);
     if (!el) return;
     el.open = true;
-    if (scroll) el.scrollIntoView({behavior: "smooth", block: "start"});
+    if (scroll) el.scrollIntoView({block: "start"});
   }
   if (location.hash) openPanel(location.hash.slice(1), true);
   window.addEventListener("hashchange", function () { openPanel(location.hash.slice(1), true); });
@@ -886,10 +892,16 @@ def _panel_id(data: ReportData, c: Compaction) -> str:
 def _compaction_table(data: ReportData) -> str:
     if not data.compactions:
         return "<p class=note>No compaction changed the view.</p>"
+    legend = (
+        "<p class=note>cut: share of the view's tokens removed; summ.: messages folded into the summary; "
+        "lost: facts of the probe set no longer in the view (replays only).</p>"
+    )
     where = "call (message)" if data.kind == "replay" else "record"
     head = (
-        f"<tr><th class=num>#</th><th>{where}</th><th>tier</th><th class=num>tokens</th><th class=num>smaller</th>"
-        "<th class=num>summarized</th><th class=num>offloads</th><th class=num>facts lost</th>"
+        f"<tr><th class=num>#</th><th>{where}</th><th>tier</th><th class=num>tokens</th>"
+        "<th class=num title='share of the view removed'>cut</th>"
+        "<th class=num title='messages folded into the summary'>summ.</th><th class=num>offloads</th>"
+        "<th class=num title='facts of the probe set no longer in the view'>lost</th>"
         "<th class=num>errors</th></tr>"
     )
     rows = []
@@ -905,7 +917,7 @@ def _compaction_table(data: ReportData) -> str:
             f"<td class=num>{lost}</td><td class='num err' title='{html.escape(c.error, quote=True)}'>"
             f"{len(c.record.errors) or ''}</td></tr>"
         )
-    return f"<div class=scroll><table>{head}{''.join(rows)}</table></div>"
+    return f"<div class=scroll><table class=compactions>{head}{''.join(rows)}</table></div>{legend}"
 
 
 def _show_command(data: ReportData, handle: str) -> str:
@@ -958,7 +970,9 @@ def _panel(data: ReportData, n: int, c: Compaction) -> str:
         missing = [(k, v) for k, values in c.lost.items() for v in values]
         if missing:
             items = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in missing)
-            parts.append(f"<h4 class=lost>Facts of the probe set no longer in the view ({len(missing)})</h4><ul>{items}</ul>")
+            parts.append(
+                f"<h4 class=lost>Facts of the probe set no longer in the view ({len(missing)})</h4><ul>{items}</ul>"
+            )
         else:
             parts.append("<h4 class=kept>Facts of the probe set: all still in the view</h4>")
     if r.errors:
@@ -987,7 +1001,9 @@ def _view_note(data: ReportData) -> str:
         said.append("The grey dashed line is the raw history: the view each call would have sent without compaction")
         at = data.overflow_call
         said.append(
-            f"(it passes the window at call {at}, where the dotted vertical line is)." if at else "(it never passes the window)."
+            f"(it passes the window at call {at}, where the dotted vertical line is)."
+            if at
+            else "(it never passes the window)."
         )
     if data.thresholds and data.context_window:
         said.append("The shaded bands are the policy's thresholds, labelled on the right.")
@@ -1055,7 +1071,9 @@ def _single(data: ReportData, figure: _Figures) -> str:
         out.append(figure(cost_figure(data)))
     out.append("<h2>Tokens before and after each compaction</h2>")
     if len(data.compactions) > MAX_BAR_LABELS:
-        out.append(f"<p class=note>{len(data.compactions)} compactions: the share removed is in the hover and the table.</p>")
+        out.append(
+            f"<p class=note>{len(data.compactions)} compactions: the share removed is in the hover and the table.</p>"
+        )
     out.append(figure(before_after_figure(data)))
     out.append("<h2>Offloaded tool results</h2>")
     out.append(figure(offload_figure(data)))
@@ -1070,35 +1088,58 @@ def _single(data: ReportData, figure: _Figures) -> str:
 
 
 def _overview(runs: Sequence[ReportData]) -> str:
+    """A row per run, grouped under a row per session."""
     categories = ("request", "artifacts", "errors", "next_step")
+    columns = 9
     head = (
-        "<tr><th>session</th><th>run</th><th class=num>window</th><th class=num>calls</th>"
+        "<tr><th>run</th><th class=num>window</th><th class=num>calls</th>"
         "<th class=num>compactions</th><th class=num>peak view</th><th class=num>overflows</th>"
         "<th class=num>billed cost</th><th class=num>vs. no compaction</th>"
-        + "".join(f"<th class=num>kept: {c}</th>" for c in categories)
-        + "</tr>"
+        "<th class=num title='request / artifacts / errors / next step'>facts kept (req. / files / err. / next)</th></tr>"
     )
     rows = []
+    session = None
     for run in runs:
+        if run.session != session:
+            session = run.session
+            rows.append(f"<tr class=group><th colspan={columns}>{html.escape(session)}</th></tr>")
         total = sum(run.cost)
         baseline = sum(run.baseline_cost)
         peak = max(run.view_tokens, default=0)
         window = run.context_window
         retention = run.retention or {}
+        kept = " / ".join("-" if retention.get(c) is None else f"{retention[c]:.0%}" for c in categories)
         rows.append(
-            f"<tr><td>{html.escape(run.session)}</td><td>{html.escape(run.label or '-')}</td>"
-            f"<td class=num>{window:,}</td><td class=num>{len(run.calls) or '-'}</td>"
+            f"<tr><td class=where>{html.escape(run.label or run.title)}</td>"
+            f"<td class=num>{f'{window:,}' if window else '-'}</td><td class=num>{len(run.calls) or '-'}</td>"
             f"<td class=num>{len(run.compactions)}</td>"
             f"<td class=num>{f'{peak:,} ({peak / window:.0%})' if peak and window else '-'}</td>"
             f"<td class=num>{run.overflows if run.kind == 'replay' else '-'}</td>"
             f"<td class=num>{f'${total:.4f}' if run.cost else '-'}</td>"
             f"<td class=num>{f'{(total - baseline) / baseline:+.1%}' if baseline else '-'}</td>"
-            + "".join(
-                f"<td class=num>{'-' if retention.get(c) is None else f'{retention[c]:.0%}'}</td>" for c in categories
-            )
-            + "</tr>"
+            f"<td class=num>{kept if run.retention is not None else '-'}</td></tr>"
         )
-    return f"<div class=scroll><table>{head}{''.join(rows)}</table></div>"
+    return f"<div class=scroll><table class=overview>{head}{''.join(rows)}</table></div>"
+
+
+def _thresholds_note(runs: Sequence[ReportData]) -> str:
+    """The policy's thresholds of each run label, once per distinct set."""
+    seen: dict[str, list[str]] = {}
+    for run in runs:
+        shares = (
+            ", ".join(f"{name} {share:.0%}" for name, share in run.thresholds.items()) or "none given by the policy"
+        )
+        names = seen.setdefault(shares, [])
+        label = run.label or run.title
+        if label not in names:
+            names.append(label)
+    if len(seen) == 1:
+        return f"thresholds {next(iter(seen))} of the window"
+    return (
+        "thresholds "
+        + "; ".join(f"{', '.join(names)}: {shares}" for shares, names in seen.items())
+        + " (of the window)"
+    )
 
 
 def _multi(runs: Sequence[ReportData], figure: _Figures) -> str:
@@ -1135,8 +1176,10 @@ def _multi(runs: Sequence[ReportData], figure: _Figures) -> str:
                 out.append(f"<p class=note>{html.escape(_view_note(run))}</p>")
                 out.append(figure(view_figure(run)))
             if run.summary:
-                out.append(f"<details class=panel><summary>Summary of this run</summary><div class=body>"
-                           f"{_table(run.summary)}</div></details>")
+                out.append(
+                    f"<details class=panel><summary>Summary of this run</summary><div class=body>"
+                    f"{_table(run.summary)}</div></details>"
+                )
             out.append(_compaction_table(run))
             out.append(_panels(run))
         if len(prices) > 1:
@@ -1165,11 +1208,6 @@ def render_page(runs: Sequence[ReportData], title: str | None = None) -> str:
         source.append("sessions replayed call by call: one point per simulated LLM call")
     if "records" in kinds:
         source.append("stored compaction records: one point per record")
-    thresholds = {json.dumps(dict(r.thresholds), sort_keys=True): r.thresholds for r in runs}
-    shares = "; ".join(
-        ", ".join(f"{name} {share:.0%}" for name, share in t.items()) or "none given by the policy"
-        for t in thresholds.values()
-    )
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     runs_note = "" if len(runs) == 1 else f" {len(runs)} runs."
     return f"""<!doctype html>
@@ -1178,7 +1216,7 @@ def render_page(runs: Sequence[ReportData], title: str | None = None) -> str:
 <title>{html.escape(heading)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{html.escape(heading)}</h1>
-<p class=meta>{html.escape('; '.join(source))}; thresholds {html.escape(shares)} of the window.{runs_note}
+<p class=meta>{html.escape("; ".join(source))}; {html.escape(_thresholds_note(runs))}.{runs_note}
 Generated {generated} by progressive-compactor {html.escape(__version__)}.</p>
 {body}
 <script>{_SCRIPT}</script>
