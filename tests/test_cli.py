@@ -332,7 +332,7 @@ def test_what_a_replay_kept_is_read_with_data_dir(tmp_path: Path, cfg: Path, ses
 
 def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: Path) -> None:
     other = write_jsonl(tmp_path / "other.jsonl", synthetic_history(rounds=3))
-    result = run("replay", session, other, "-c", cfg, "--json")
+    result = run("replay", session, other, "-c", cfg, "--json", "--details")
     assert result.exit_code == 0, result.output
     objects = [json.loads(line) for line in result.stdout.splitlines()]
     assert [o["session"] for o in objects] == ["sess", "other"]
