@@ -319,3 +319,16 @@ class CompactionRecord:
     token_correction: float = 1.0
     """The session's ratio of the provider's reported count to the estimate, applied to every
     count of this call (``observe_usage``); 1.0 when no usage was reported."""
+
+    def summary(self) -> str:
+        """What this call did, as the notice says it (one line for a call that needed nothing)::
+
+        ⚡ Context compressed [Full] 45.2K->8.1K tokens (82% smaller, 6% of window)
+           5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved
+        """
+        from .notice import describe
+
+        return describe(self)
+
+    def __str__(self) -> str:
+        return self.summary()

@@ -12,11 +12,12 @@ import pytest
 
 CORPUS_FILE = "msa__django__django-11049__deepseek-chat-test-1-100.jsonl"
 NOTICE = re.compile(
-    r"⚡ Context compressed \[(Warn|Soft|Full|Emergency)\] [0-9.]+[KM]?->[0-9.]+[KM]? tokens "
-    r"\(\d+% compression ratio\)\n"
-    r"   \d+ anchors \| \d+ offload\([0-9.]+(?:B|KB|MB)\) \| \d+ summarized \| tail: \d+ preserved"
+    r"⚡ Context compressed \[(Warn|Soft|Full|Emergency)(?: ← (?:Warn|Soft|Full))?\] [0-9.]+[KM]?->[0-9.]+[KM]? tokens "
+    r"\((?:\d+% smaller|not smaller)(?:, \d+% of window)?\)\n"
+    r"   \d+ anchors \| \d+ offload\([0-9.]+(?:B|KB|MB)\) \| \d+ summarized \| tail: \d+ preserved(?: \| \d+ errors?)?"
 )
-"""The notice's two lines, exactly (one space, arrows without spaces, three-space indent)."""
+"""The notice of a compaction that changed the view: two lines, exactly (one space, arrows without
+spaces, three-space indent)."""
 ANSI = re.compile(r"\x1b\[")
 
 

@@ -121,13 +121,12 @@ def test_unknown_command_and_option_are_one_line_usage_errors() -> None:
     assert "--frobnicate" in one_error_line(result)
 
 
-def test_seed_notification_format_exactly() -> None:
-    """The documented notice, reproduced from a record with the same numbers."""
+def _record(**changes: Any) -> CompactionRecord:
     entries = tuple(
         OffloadEntry(tool_call_id=f"c{i}", handle=f"s/c{i}", path="", chars=14_000, lines=1, sha256="")
         for i in range(3)
     )
-    record = CompactionRecord(
+    fields: dict[str, Any] = dict(
         id="r",
         session_id="s",
         timestamp="",
@@ -141,12 +140,49 @@ def test_seed_notification_format_exactly() -> None:
         summarized=28,
         preserved_tail=6,
         compression_ratio=0.8209,
+        context_window=128_000,
     )
+    fields.update(changes)
+    return CompactionRecord(**fields)
+
+
+def test_the_notice_format_exactly() -> None:
+    """The documented notice, reproduced from a record with the same numbers."""
+    record = _record()
     assert notification(record) == (
-        "⚡ Context compressed [Full] 45.2K->8.1K tokens (82% compression ratio)\n"
+        "⚡ Context compressed [Full] 45.2K->8.1K tokens (82% smaller, 6% of window)\n"
         "   5 anchors | 3 offload(42KB) | 28 summarized | tail: 6 preserved"
     )
     assert NOTICE.fullmatch(notification(record))
+    assert record.summary() == str(record) == notification(record)
+
+
+def test_the_notice_names_an_escalation_and_errors() -> None:
+    record = _record(
+        tier=CompactionTier.EMERGENCY,
+        requested_tier=CompactionTier.FULL,
+        errors=("emergency fallback: forced truncation",),
+        escalations=("loop guard: Full left the view at 83% of the window; escalating",),
+    )
+    first, second = notification(record).splitlines()
+    assert first == "⚡ Context compressed [Emergency ← Full] 45.2K->8.1K tokens (82% smaller, 6% of window)"
+    assert second.endswith("tail: 6 preserved | 1 error")
+    assert "loop guard" not in notification(record)  # an escalation is said by the tier, not as an error
+    assert NOTICE.fullmatch(notification(record))
+
+
+def test_a_call_that_changed_nothing_is_never_a_zero_compression() -> None:
+    unchanged = _record(
+        tier=CompactionTier.WARN, tokens_after=45_213, offloaded=(), summarized=0, anchors=(), compression_ratio=0.0
+    )
+    text = notification(unchanged)
+    assert text == "⚡ Context at 35% of window [Warn]: nothing to offload, view unchanged (45.2K tokens)"
+    assert "0%" not in text and "->" not in text and not NOTICE.search(text)
+    old = _record(context_window=0)  # a version 1 record does not carry the window
+    assert notification(old).splitlines()[0] == "⚡ Context compressed [Full] 45.2K->8.1K tokens (82% smaller)"
+    none = _record(tier=CompactionTier.NONE, tokens_after=45_213, offloaded=(), summarized=0, anchors=())
+    assert notification(none) == ""
+    assert none.summary() == str(none) == "⚡ No compaction needed [None]: view 45.2K tokens, 35% of window"
 
 
 # --- compact ----------------------------------------------------------------------------------
@@ -258,20 +294,22 @@ def test_replay_prints_each_compaction_and_a_summary(tmp_path: Path, cfg: Path, 
     assert changed, "the synthetic session must compact at 8,000 tokens"
     notices = [m.group(0) for m in NOTICE.finditer(result.stdout)]
     assert notices == [notification(r) for r in changed]
-    turns = sum(1 for i, m in enumerate(synthetic_history()) if i and m["role"] == "assistant")
-    table = result.stdout[result.stdout.index("Replay summary") :]
-    assert "│ turns " in table and f" {turns} │" in table
+    calls = sum(1 for i, m in enumerate(synthetic_history()) if i and m["role"] == "assistant")
+    table = result.stdout[result.stdout.index("Replay of sess") :]
+    assert re.search(rf"^LLM calls +{calls}$", table, re.M)
     for label in (
-        "turns at tier Soft",
-        "peak view tokens",
-        "total input tokens sent",
-        "overflows",
+        "calls at tier Soft",
+        "compactions changing the view",
+        "peak view, share of window",
+        "input tokens sent",
+        "overflows (view > window)",
         "offloads",
         "summarizer calls",
+        "facts kept: request",
     ):
-        assert label in table
-    assert f"kept in {keep}: tool_results/, records/" in result.stdout
-    assert f"read the records with: compactor records sess --data-dir {keep}" in result.stdout
+        assert re.search(rf"^{re.escape(label)} +\S", table, re.M), label
+    assert f"kept in {keep}: tool_results/, records/, replay/" in result.stdout
+    assert f"read the records with:\ncompactor records sess --data-dir {keep}\n" in result.stdout
     # a replay never writes where the config's own stores keep data (here: tmp_path)
     assert not any((tmp_path / name).exists() for name in ("records", "tool_results", "state"))
 
@@ -294,13 +332,20 @@ def test_what_a_replay_kept_is_read_with_data_dir(tmp_path: Path, cfg: Path, ses
 
 def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: Path) -> None:
     other = write_jsonl(tmp_path / "other.jsonl", synthetic_history(rounds=3))
-    result = run("replay", session, other, "-c", cfg, "--json")
+    result = run("replay", session, other, "-c", cfg, "--json", "--details")
     assert result.exit_code == 0, result.output
     objects = [json.loads(line) for line in result.stdout.splitlines()]
     assert [o["session"] for o in objects] == ["sess", "other"]
     big, small = objects
-    assert big["turns"] == sum(big["tiers"].values()) == 13
-    assert big["compactions"] == big["turns"] - big["tiers"]["none"] > 0
+    assert big["calls"] == sum(big["tiers"].values()) == 13
+    assert big["compactions"] == big["calls"] - big["tiers"]["none"] > 0
+    log = big["compaction_log"]
+    history = synthetic_history()
+    assert all(history[c["message"]]["role"] == "assistant" for c in log)  # the message the view was made for
+    assert [c["call"] for c in log] == sorted({c["call"] for c in log}) and all(1 <= c["call"] <= 13 for c in log)
+    assert all(
+        set(c["facts_lost"]) <= {"request", "artifacts", "errors", "next_step"} for c in log if c["changed_view"]
+    )
     assert big["peak_view_tokens"] <= big["context_window"] == 8000
     assert big["total_input_tokens"] > big["peak_view_tokens"]
     assert small["compactions"] == 0 and small["offloads"] == 0
@@ -328,11 +373,11 @@ def test_replay_corpus_subprocess(tmp_path: Path, cfg: Path) -> None:
     assert result.stderr == ""  # no progress bar when stderr is not a terminal
     assert not ANSI.search(result.stdout)
     assert NOTICE.search(result.stdout)
-    turns = sum(1 for i, m in enumerate(messages) if i and m["role"] == "assistant")
-    assert f" {turns} │" in result.stdout
+    calls = sum(1 for i, m in enumerate(messages) if i and m["role"] == "assistant")
+    assert re.search(rf"^LLM calls +{calls}$", result.stdout, re.M)
     as_json = subprocess_run("replay", source, "-c", cfg, "-w", "16000", "--json", cwd=tmp_path)
     data = json.loads(as_json.stdout)
-    assert data["turns"] == turns and data["overflows"] == 0 and data["invalid_views"] == 0
+    assert data["calls"] == calls and data["overflows"] == 0 and data["invalid_views"] == 0
     assert len(NOTICE.findall(result.stdout)) == data["view_changing_compactions"]
 
 
@@ -705,7 +750,7 @@ def test_replay_many_sessions_one_row_each_with_totals(tmp_path: Path, cfg: Path
     result = run("replay", session, *small, "-c", cfg)
     assert result.exit_code == 0, result.output
     totals = next(line for line in result.stdout.splitlines() if "3 sessions" in line).split()
-    assert totals[2] == f"{sum(o['turns'] for o in as_json):,}"
+    assert totals[2] == f"{sum(o['calls'] for o in as_json):,}"
     assert totals[3] == "/".join(
         str(sum(o["tiers"][t] for o in as_json)) for t in ("warn", "soft", "full", "emergency")
     )
@@ -717,5 +762,7 @@ def test_replay_again_into_the_same_keep_folder_starts_afresh(tmp_path: Path, cf
     second = json.loads(run("replay", session, "-c", cfg, "--keep", keep, "--json").stdout)
     for run_result in (first, second):
         del run_result["compactor_seconds"]  # wall time differs; everything else must not
+        for entry in run_result["compaction_log"]:
+            del entry["record"]  # a record's id is unique to it
     assert first == second  # no state or records carried over from the first run
     assert len(list(read_records(keep / "records" / "sess.jsonl"))) == first["compactions"]

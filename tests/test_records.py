@@ -336,9 +336,10 @@ def test_the_two_line_notification(full_run):
     *_, record, _ = full_run
     first, second = notification(record).splitlines()
     ratio = round(record.compression_ratio * 100)
+    share = round(record.tokens_after / record.context_window * 100)
     assert first == (
         f"⚡ Context compressed [Full] {human_tokens(record.tokens_before)}->"
-        f"{human_tokens(record.tokens_after)} tokens ({ratio}% compression ratio)"
+        f"{human_tokens(record.tokens_after)} tokens ({ratio}% smaller, {share}% of window)"
     )
     offloaded = human_bytes(sum(e.chars for e in record.offloaded))
     assert second == f"   5 anchors | 7 offload({offloaded}) | 15 summarized | tail: 6 preserved"

@@ -53,6 +53,20 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+GLOBAL_FLAGS = ("--debug",)
+"""Options of the root group that may also be written after the command (``compactor replay
+FILE --debug``); they take no value, so moving them to the front changes nothing else."""
+
+
+def global_options_first(args: list[str]) -> list[str]:
+    """``args`` with the global flags moved before the command (up to a ``--`` that ends options)."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    if not flags:
+        return args
+    return [*flags, *(a for a in args[:end] if a not in GLOBAL_FLAGS), *args[end:]]
+
+
 class CompactorGroup(click.Group):
     """The root group: one-line errors, ``--debug`` tracebacks."""
 
@@ -61,6 +75,7 @@ class CompactorGroup(click.Group):
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, *a: Any, **kw: Any) -> Any:
         standalone = kw.pop("standalone_mode", True)
         type(self).debug = bool(os.environ.get("COMPACTOR_DEBUG"))
+        args = global_options_first(sys.argv[1:] if args is None else list(args))
         try:
             result = super().main(args, prog_name or "compactor", *a, standalone_mode=False, **kw)  # type: ignore[call-overload]
             code = result if isinstance(result, int) else 0
@@ -96,7 +111,9 @@ class CompactorGroup(click.Group):
 
 @click.group(cls=CompactorGroup, context_settings=CONTEXT)
 @click.version_option(package_name="progressive-compactor", prog_name="compactor")
-@click.option("--debug", is_flag=True, help="Show tracebacks on errors and the library's debug log.")
+@click.option(
+    "--debug", is_flag=True, help="Show tracebacks on errors and the library's debug log (also after the command)."
+)
 def cli(debug: bool) -> None:
     """Tiered context compaction for LLM agents: compact, replay, inspect, report, clean up.
 

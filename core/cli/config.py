@@ -112,11 +112,14 @@ def config_show(file: str, as_json: bool) -> None:
     """
     import yaml
 
+    from .render import make_console
+
     data = effective_config(file)
     if as_json:
         echo_json(data)
     else:
-        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+        width = make_console().width  # long text folds at the terminal's width (YAML reads it back the same)
+        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=max(width - 2, 40)), nl=False)
 
 
 COMMANDS = [config_group]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+import sys
 from typing import Any
 
 import click
@@ -30,19 +33,34 @@ def selection(cfg: Any) -> dict[str, list[str]]:
     return roles
 
 
+def description(name: str, obj: Any) -> str:
+    """A plugin's one-line description: the first line of its module's docstring (without the
+    ``name``: prefix the built-ins start with), else of its own docstring."""
+    module = sys.modules.get(getattr(obj, "__module__", "") or "") if not inspect.ismodule(obj) else obj
+    for doc in (getattr(module, "__doc__", None), inspect.getdoc(obj)):
+        if not doc or not doc.strip():
+            continue
+        first = doc.strip().splitlines()[0].strip()
+        first = re.sub(rf"^``{re.escape(name)}``:\s*", "", first).replace("``", "")
+        if first and not first.startswith("Base of "):
+            return first[0].upper() + first[1:]
+    return ""
+
+
 @click.command(short_help="List installed plugins and what the config selects.")
 @config_option
 @json_option
 def plugins(config: str, as_json: bool) -> None:
-    """List installed plugins: distribution, version, hooks implemented, and what CONFIG selects.
+    """List installed plugins: what each does, the hooks it implements, and what CONFIG selects.
 
-    A plugin that fails to import shows its error instead of its hooks.
+    A plugin that fails to import shows its error instead of its hooks. With --json, also the
+    distribution, version and entry-point target of each.
 
     \b
     Example: compactor plugins --config team.yaml
     """
-    from ..plugin_manager import hooks_of, installed_plugins, load_plugin_object
-    from .render import plugins_table
+    from ..plugin_manager import BUILTIN_PLUGINS, hooks_of, installed_plugins, load_plugin_object
+    from .render import plugins_view
 
     cfg = load_cli_config(config)
     selected = selection(cfg)
@@ -50,16 +68,19 @@ def plugins(config: str, as_json: bool) -> None:
     installed = installed_plugins()
     for name, info in sorted(installed.items()):
         try:
-            hooks, error = hooks_of(load_plugin_object(info)), None
+            obj = load_plugin_object(info)
+            hooks, error, about = hooks_of(obj), None, description(name, obj)
         except Exception as exc:  # noqa: BLE001 - shown in its row
             cause = exc.__cause__ or exc
-            hooks, error = [], f"failed to import: {type(cause).__name__}: {cause}"
+            hooks, error, about = [], f"failed to import: {type(cause).__name__}: {cause}", ""
         rows.append(
             {
                 "name": name,
                 "distribution": info.distribution,
                 "version": info.version,
                 "target": info.value,
+                "builtin": name in BUILTIN_PLUGINS,
+                "description": about,
                 "hooks": hooks,
                 "error": error,
                 "selected": selected.get(name, []),
@@ -72,6 +93,8 @@ def plugins(config: str, as_json: bool) -> None:
                 "distribution": None,
                 "version": None,
                 "target": None,
+                "builtin": False,
+                "description": "",
                 "hooks": [],
                 "error": "not installed",
                 "selected": selected[name],
@@ -80,7 +103,8 @@ def plugins(config: str, as_json: bool) -> None:
     if as_json:
         echo_json(rows)
     else:
-        console().print(plugins_table(rows, config))
+        out = console()
+        out.print(plugins_view(rows, config, out.width))
 
 
 COMMANDS = [plugins]

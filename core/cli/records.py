@@ -1,9 +1,15 @@
-"""``compactor records`` and ``compactor show``: what the stores keep, read back through hooks."""
+"""``compactor records`` and ``compactor show``: what the stores keep, read back through hooks.
+
+``records`` lists what each call did and, per compaction, what it kept: anchors, summary,
+offloaded results (with the ``show`` command that prints each) and, for replays, the facts of the
+probe set it left out; ``show`` prints an offloaded result.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -26,27 +32,75 @@ def _is_records_file(value: str) -> bool:
     return path.is_file() or value.endswith(".jsonl") or os.sep in value
 
 
+FACTS_FOLDER = "replay"
+"""Under a data folder that ``replay --keep`` filled: per session, the facts of the probe set each
+compaction left out of the view (``{session}.facts.jsonl``), which ``records`` shows."""
+
+
+def facts_path(data_dir: Path, session_id: str) -> Path:
+    from ..storage import safe_name
+
+    return data_dir / FACTS_FOLDER / f"{safe_name(session_id)}.facts.jsonl"
+
+
+def read_lost_facts(path: Path) -> dict[str, dict[str, list[str]]]:
+    """Record id -> {category: [facts no longer in the view]}, from a file ``replay --keep`` wrote."""
+    import json
+
+    out: dict[str, dict[str, list[str]]] = {}
+    try:
+        text = path.read_text("utf-8")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+            out[str(item["record"])] = {str(k): [str(x) for x in v] for k, v in item["lost"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return out
+
+
 @click.command(short_help="Show the compaction records of a session or records file.")
 @click.argument("session_or_file")
+@click.option(
+    "--compaction",
+    "-n",
+    "number",
+    type=click.IntRange(min=1),
+    help="What record N (the # column) did: anchors, summary, offloaded results, errors.",
+)
+@click.option(
+    "--full", is_flag=True, help="Every line of the anchors and summary; without -n, every compaction after the table."
+)
 @config_option
 @data_dir_option
 @json_option
-def records(session_or_file: str, config: str, data_dir: str | None, as_json: bool) -> None:
+def records(
+    session_or_file: str, number: int | None, full: bool, config: str, data_dir: str | None, as_json: bool
+) -> None:
     """Show the compaction records of a session id (read back through the config's stores) or of
-    a records JSONL file.
+    a records JSONL file: a table with one line per record, errors and loop-guard notes below it.
 
-    A torn last line (a crash mid-write) is skipped with a warning. With --json, the records as
-    JSON lines, one per record.
+    With --compaction N, what compaction N did: its notice, the five anchors, the summary text, each
+    offloaded tool result with the command that prints it, and for sessions replayed with
+    'replay --keep', the facts of the probe set no longer in the view; each anchor's first line and
+    the summary's first lines, or every line with --full. --full alone prints that for every
+    compaction that changed the view. A torn last line (a crash mid-write) is skipped with a
+    warning. With --json, the records as JSON lines, one per record.
 
     \b
-    Example: compactor records my-session --config team.yaml
+    Example: compactor records my-session --compaction 3 --config team.yaml
     """
     from ..converters import read_records_file, record_to_dict
+    from ..notice import changed_view
     from ..redaction import SecretRegistry, config_secrets
-    from .render import records_table
+    from ..storage import resolve_data_dir
+    from .render import Where, compaction_detail, details_hint, print_all, records_view
 
     cfg = load_cli_config(config, data_dir=data_dir)
     redact = SecretRegistry(config_secrets(cfg)).redact
+    show_dir = os.path.abspath(os.path.expanduser(data_dir)) if data_dir else None
     if _is_records_file(session_or_file):
         path = Path(session_or_file).expanduser()
         if not path.exists():
@@ -57,7 +111,11 @@ def records(session_or_file: str, config: str, data_dir: str | None, as_json: bo
             found = list(read_records_file(path))
         except OSError as exc:
             raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
-        where = str(path)
+        where, command = str(path), f"compactor records {shlex.quote(str(path))}"
+        folder = path.absolute().parent.parent
+        lost = read_lost_facts(folder / FACTS_FOLDER / f"{path.stem}.facts.jsonl")
+        if path.absolute().parent.name == "records" and show_dir is None and (folder / "tool_results").is_dir():
+            show_dir = str(folder)
     else:
         with storage_compactor(cfg) as compactor:
             stored = compactor.records(session_or_file)
@@ -67,14 +125,39 @@ def records(session_or_file: str, config: str, data_dir: str | None, as_json: bo
                 f"(stores: {', '.join(cfg.plugins.stores) or 'none'}) holds any; pass a records JSONL path instead"
             )
         found, where = stored, f"session {session_or_file}"
+        command = shlex.join(["compactor", "records", session_or_file, *_options(config, show_dir)])
+        lost = read_lost_facts(facts_path(resolve_data_dir(cfg.data_dir), session_or_file))
+    if number is not None and number > len(found):
+        raise click.ClickException(f"there is no record {number}: {where} has {len(found)}")
     if as_json:
-        for record in found:
+        for record in found if number is None else [found[number - 1]]:
             click.echo(redact(json_text(record_to_dict(record))))
         return
     if not found:
         click.echo(f"no records in {where}", err=True)
         return
-    console().print(records_table(found, title=f"{len(found)} records in {where}"))
+    out = console()
+    at = Where(config=config, data_dir=show_dir)
+
+    def detail(n: int) -> None:
+        record = found[n - 1]
+        heading = f"#{n} {record.tier.label} · {record.timestamp[:19].replace('T', ' ')}"
+        print_all(out, compaction_detail(record, heading=heading, where=at, full=full, lost=lost.get(record.id)))
+
+    if number is not None:
+        detail(number)
+        return
+    out.print(records_view(found, out.width, title=f"{len(found)} records in {where}"))
+    if full:
+        for n, record in enumerate(found, 1):
+            if changed_view(record):
+                detail(n)
+    else:
+        print_all(out, details_hint(found, command))
+
+
+def _options(config: str, data_dir: str | None) -> list[str]:
+    return [*(["-c", config] if config != "default" else []), *(["--data-dir", data_dir] if data_dir else [])]
 
 
 def parse_line_range(value: str | None) -> tuple[int, int] | None:
@@ -103,13 +186,27 @@ def parse_line_range(value: str | None) -> tuple[int, int] | None:
 def show(handle: str, line_range: str | None, config: str, data_dir: str | None, as_json: bool) -> None:
     """Print an offloaded tool result by its HANDLE (as named in the placeholder), whole or a line range.
 
+    Results written by 'compact' and by the library live in the data folder, found from any
+    folder; what 'replay --keep DIR' kept is read with --data-dir DIR. 'compactor records SESSION
+    --full' lists each compaction's offloaded results with the command that prints each.
+
     \b
     Example: compactor show my-session/call_42 --lines 120:180
     """
+    from ..errors import CompactorError
+
     lines = parse_line_range(line_range)
     cfg = load_cli_config(config, data_dir=data_dir)
     with storage_compactor(cfg) as compactor:
-        text = compactor.secrets.redact(compactor.read_tool_result(handle, lines))
+        try:
+            text = compactor.secrets.redact(compactor.read_tool_result(handle, lines))
+        except CompactorError as exc:
+            if "/" in handle or not compactor.records(handle):
+                raise
+            command = shlex.join(["compactor", "records", handle, *_options(config, data_dir), "--full"])
+            raise click.ClickException(
+                f"{exc}; {handle!r} is a session: what its compactions did is printed by {command}"
+            ) from exc
     if as_json:
         end = None if lines is None or lines[1] == sys.maxsize else lines[1]
         echo_json({"handle": handle, "lines": None if lines is None else [lines[0], end], "text": text})

@@ -40,6 +40,7 @@ from ..hookspecs import hookimpl
 from ..http.prompt import build_instruction, build_prompt
 from ..messages import message_from_dict, messages_from_dicts, view_problems
 from ..models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
+from ..notice import changed_view
 from ..pricing import Cost, PriceTable, call_cost
 
 METER_NAME = "replay-meter"
@@ -94,6 +95,10 @@ class TurnMetrics:
     cost: Cost | None = None
     summarizer_tokens_in_cached: int = 0
     """Of ``summarizer_tokens_in``, those a provider's prompt cache would serve."""
+    lost: Mapping[str, tuple[str, ...]] | None = None
+    """For a call whose compaction changed the view, when asked (``probe_compactions``): per probe
+    category, the facts of the history so far that the view no longer holds (offloaded text the
+    view names counts as held)."""
 
 
 @attrs.frozen
@@ -212,13 +217,16 @@ def replay_session(
     *,
     prices: PriceTable | None = None,
     probes: bool = True,
+    probe_compactions: bool = False,
 ) -> ReplayResult:
     """Replay ``messages`` through ``compactor`` (a ProgressiveCompactor) as the module says.
 
     ``prices`` defaults to the config's ``pricing`` section.
-    ``probes`` computes retention against the final view (False skips it). ``on_turn`` is called
-    after every simulated call, for progress display. The compactor keeps the session's state
-    and offloaded files afterwards (the caller may ``delete_session``).
+    ``probes`` computes retention against the final view (False skips it); ``probe_compactions``
+    also checks the probes of the history so far against the view of every call whose compaction
+    changed the view (``TurnMetrics.lost``). ``on_turn`` is called after every simulated call, for
+    progress display. The compactor keeps the session's state and offloaded files afterwards (the
+    caller may ``delete_session``).
     """
     prices = prices or compactor.config.pricing
     window = compactor.config.context_window
@@ -249,6 +257,9 @@ def replay_session(
         output = estimate([message_from_dict(data, i)])[0]
         view_tokens = record.tokens_after
         cached = min(record.cache_stable_prefix_tokens, view_tokens)
+        lost = None
+        if probe_compactions and record.tier is not CompactionTier.NONE and changed_view(record):
+            lost = _lost_facts(compactor, history, view, offloaded)
         turn = TurnMetrics(
             index=i,
             view_tokens=view_tokens,
@@ -265,6 +276,7 @@ def replay_session(
             view_messages=len(view),
             summarizer_seconds=meter.seconds,
             valid=not problems,
+            lost=lost,
             cost=call_cost(
                 prices,
                 view_tokens=view_tokens,
@@ -291,6 +303,18 @@ def replay_session(
             known_handles=offloaded,
         )
     return _result(session_id, turns, final_view, window, problems_seen, offloaded, retention, compactor, len(messages))
+
+
+def _lost_facts(
+    compactor: Any, history: list[dict[str, Any]], view: list[dict[str, Any]], offloaded: Mapping[str, int]
+) -> dict[str, tuple[str, ...]]:
+    from .probes import CATEGORIES, build_probes, check_probes
+
+    retention = check_probes(
+        build_probes(history), view, read_handle=lambda handle: _read(compactor, handle), known_handles=offloaded
+    )
+    found = retention.categories
+    return {name: tuple(found[name].lost) for name in CATEGORIES if name in found and found[name].lost}
 
 
 def _read(compactor: Any, handle: str) -> str | None:
