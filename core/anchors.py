@@ -223,7 +223,8 @@ def fit_summary(anchors: Sequence[Anchor], prose: str, budget_chars: int) -> tup
 
     The intent is the user's request, bounded on its own (``intent_max_chars``), and is never
     cut here. The prose goes first (its newest part is kept); when the other four anchors alone
-    are over the budget, each keeps its newest lines within an equal share, file lists first.
+    are over the budget, an anchor shorter than an equal share of the room stays whole and what it
+    leaves is shared by the longer ones, each keeping its newest lines, file lists first.
     """
     anchors = complete(anchors)
     intent_chars = len(anchors[0].content)
@@ -232,9 +233,25 @@ def fit_summary(anchors: Sequence[Anchor], prose: str, budget_chars: int) -> tup
     room = budget_chars - (len(format_summary(anchors, "")) - intent_chars)
     if room >= MIN_PROSE_CHARS:
         return anchors, _newest(prose, room)
-    share = max((budget_chars - MIN_PROSE_CHARS - 200) // 4, 80)
-    trimmed = [anchors[0]] + [Anchor(a.type, _newest_lines(a.content, share)) for a in anchors[1:]]
+    shares = _shares([len(a.content) for a in anchors[1:]], budget_chars - MIN_PROSE_CHARS - 200)
+    trimmed = [anchors[0]] + [
+        a if len(a.content) <= share else Anchor(a.type, _newest_lines(a.content, share))
+        for a, share in zip(anchors[1:], shares, strict=True)
+    ]
     return tuple(trimmed), _newest(prose, MIN_PROSE_CHARS)
+
+
+def _shares(sizes: Sequence[int], room: int, least: int = 80) -> list[int]:
+    """Room for each of ``sizes``: the smallest get what they need, the rest share what is left
+    equally (at least ``least`` each)."""
+    shares = [0] * len(sizes)
+    left, pending = max(room, 0), sorted(range(len(sizes)), key=lambda i: sizes[i])
+    while pending:
+        level = max(left // len(pending), least)
+        i = pending.pop(0)
+        shares[i] = min(sizes[i], level)
+        left -= shares[i]
+    return shares
 
 
 MIN_PROSE_CHARS = 300

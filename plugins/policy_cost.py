@@ -105,20 +105,23 @@ class CostPolicy:
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()
         self.context = context or PluginContext()
-        self._growth: dict[str, tuple[int, float]] = {}
-        """session -> (the last view's tokens, the average growth a turn)."""
+        self._growth: dict[str, tuple[int, float, int]] = {}
+        """session -> (the last view's tokens, the average growth a turn, the tokens of the first
+        view after the last compaction: where a compaction really landed, 0 before the first)."""
         self._lock = threading.Lock()
 
     def cycle(self, tokens: int, turn: TurnContext) -> Cycle:
         """Where compacting this session's view starts to pay (see the module docstring)."""
         prices = self.context.config.pricing
         c = self.config
-        growth = self._observe(turn.session_id, tokens)
+        growth, landed = self._seen(turn.session_id)
         per_message = tokens / max(turn.view_messages, 1)
         tail = per_message * self.context.config.min_tail_messages
         state = turn.state
         summary = (len(state.summary or "") + sum(len(a.content) for a in state.anchors)) / 4 or c.summary_tokens
-        landing = summary + tail + c.keep_share * tokens
+        # What a compaction is expected to leave, or what the last one left if that was more (a
+        # large protected tail): the next compaction waits for the view to grow past it.
+        landing = max(summary + tail + c.keep_share * tokens, landed)
         cached = max(prices.cached_input, 1e-9)
         fresh = prices.cache_write if prices.cache_write is not None else prices.input
         one_off = (
@@ -129,28 +132,38 @@ class CostPolicy:
         interval = math.sqrt(2 * growth * one_off / cached)
         return Cycle(growth, landing, interval, max(landing + interval, c.min_trigger_tokens))
 
-    def _observe(self, session_id: str, tokens: int) -> float:
+    def _seen(self, session_id: str) -> tuple[float, int]:
+        """The session's growth per turn and where its last compaction landed (0: none yet)."""
+        _, growth, landed = self._growth.get(session_id, (0, float(self.config.growth_tokens), 0))
+        return growth, landed
+
+    def _observe(self, session_id: str, tokens: int) -> None:
+        """A turn starts with a view of ``tokens``."""
         with self._lock:
-            last, growth = self._growth.get(session_id, (tokens, float(self.config.growth_tokens)))
-            if tokens > last:  # a compaction makes the view smaller: that is no growth
+            last, growth, landed = self._growth.get(session_id, (tokens, float(self.config.growth_tokens), 0))
+            if tokens > last:
                 growth = 0.8 * growth + 0.2 * (tokens - last)
-            self._growth[session_id] = (tokens, growth)
-        return growth
+            elif tokens < last:  # the previous turn compacted (that is no growth): it landed here
+                landed = tokens
+            self._growth[session_id] = (tokens, growth, landed)
 
     @hookimpl(trylast=True)
     def determine_tier(self, ratio: float, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier:
         c = self.config
         if context_window <= 0:
             return CompactionTier.NONE
+        # The view a turn starts with; after a compaction in the same turn the loop guard asks
+        # again with a smaller one, and only the thresholds decide that.
+        first_look = tokens >= turn.view_tokens
+        if first_look:
+            self._observe(turn.session_id, tokens)
         if ratio >= c.emergency:
             return CompactionTier.EMERGENCY
         if ratio >= c.full:
             return CompactionTier.FULL
         if ratio >= c.soft:
             return CompactionTier.SOFT
-        # The cost trigger judges the view a turn starts with; after a compaction in the same
-        # turn (the loop guard asks again) only the thresholds above decide.
-        if tokens >= self.cycle(tokens, turn).trigger and tokens >= turn.view_tokens:
+        if first_look and tokens >= self.cycle(tokens, turn).trigger:
             return CompactionTier.SOFT
         if ratio >= c.warn:
             return CompactionTier.WARN

@@ -169,3 +169,44 @@ def test_a_lean_request_cuts_results_and_sends_the_previous_summary_once():
     assert prompt.user.count("Fix the parser in src/p.py") == 1
     delta = build_prompt(big, delta=True)
     assert "Earlier work." not in delta.user and "only what the new messages add" in delta.system
+
+
+def test_after_a_compaction_the_next_waits_for_growth_past_where_it_landed():
+    """A compaction that cannot get below the trigger (a large protected tail) must not repeat on
+    every turn: the trigger counts from where the last compaction really landed."""
+    cost = policy()
+    before = 30_000
+    assert cost.determine_tier(before / 128_000, before, 128_000, turn(before)) is CompactionTier.SOFT
+    landed = 25_000  # the next turn starts here: the tail alone is this large
+    assert cost.determine_tier(landed / 128_000, landed, 128_000, turn(landed)) is CompactionTier.NONE
+    cycle = cost.cycle(landed, turn(landed))
+    assert cycle.landing == landed and cycle.trigger == pytest.approx(landed + cycle.interval)
+    tokens, turns = landed, 0
+    while cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens)) is CompactionTier.NONE:
+        tokens, turns = tokens + 600, turns + 1
+    assert 5 < turns < 40 and tokens > landed + cycle.interval * 0.9
+
+
+def test_after_an_emergency_the_same_history_is_not_summarized(tmp_path):
+    """An Emergency offloads and truncates without a summary; the same history again starts
+    from the offloaded view, which is where that compaction landed: no Soft for it (a case the
+    fuzz tests found)."""
+    from progressive_compactor.testing import make_compactor, tool_call
+
+    history = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix it. " * 200}]
+    for i, size in enumerate([5000, 5000, 5000, 5000, 9700, 15000]):  # large calls, short results
+        call = tool_call(f"h{i}", "echo " + "x" * size)
+        history += [{"role": "assistant", "content": "Writing.", "tool_calls": [call]}]
+        history += [{"role": "tool", "tool_call_id": f"h{i}", "content": "ok"}]
+    for i in range(6):  # small ones
+        history += [{"role": "assistant", "content": "", "tool_calls": [tool_call(f"s{i}", "ls")]}]
+        history += [{"role": "tool", "tool_call_id": f"s{i}", "content": ""}]
+    for i, size in enumerate([31_000, 19_000]):  # then two large results
+        history += [{"role": "assistant", "content": "", "tool_calls": [tool_call(f"r{i}", "cat big.log")]}]
+        history += [{"role": "tool", "tool_call_id": f"r{i}", "content": "y" * size}]
+    compactor = make_compactor(tmp_path, context_window=24_624)
+    _, first = compactor.compact_with_record(history)
+    _, second = compactor.compact_with_record(history)
+    compactor.close()
+    assert first.tier is CompactionTier.EMERGENCY and first.summarizer_calls == 0
+    assert second.tokens_before < first.tokens_before and second.summarizer_calls == 0
