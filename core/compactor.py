@@ -308,13 +308,15 @@ class ProgressiveCompactor:
             work.errors.append(f"repaired view: {problems[0]}")
         if work.state is not state:
             work.state = attrs.evolve(work.state, version=state.version + 1)
-            saved = self._save_state(sid, work.state, work.errors if last else [])
+            save_errors: list[str] = []
+            saved = self._save_state(sid, work.state, save_errors)
             if saved:
                 cache.refresh(work.state, self._tiers.compaction_message_for(sid))
             else:  # the next attempt (or turn) builds its view from the state that is stored
                 cache.forget_view()
                 if saved is None and not last:
                     return work
+            work.errors += save_errors  # a save that failed (not one that lost) is said at once
         out = [message_to_dict(m) for m in view]
         return out, work, tier, requested, tokens_before, sum(self.hooks.estimate_tokens(view)), msgs_before, repairs
 

@@ -11,7 +11,9 @@ class SummarizeAtSoft:
 
 The built-in plugins import from here and nowhere else (HTTP summarizers also from
 :mod:`progressive_compactor.http`, the declared API for summarizers that call a provider); what
-is not exported here may move between releases. See ``CONTRIBUTING.md`` for a guide with an
+is not exported here may move between releases. The database backends of the ``*-sqlite``,
+``*-postgres`` and ``*-redis`` plugins (:mod:`progressive_compactor.stores`) are exported here
+too; importing them imports no driver. See ``CONTRIBUTING.md`` for a guide with an
 example of every hook.
 """
 
@@ -70,7 +72,7 @@ from .models import (
 )
 from .plugin_manager import PluginContext
 from .pricing import PriceTable
-from .redaction import SecretRegistry
+from .redaction import SecretRegistry, connection_passwords, mask_passwords
 from .storage import (
     append_line,
     create_private,
@@ -82,15 +84,31 @@ from .storage import (
     safe_name,
     write_private,
 )
+from .stores import (
+    DatabaseOffloader,
+    DatabaseRecords,
+    DatabaseState,
+    PostgresDatabase,
+    PostgresSettings,
+    RedisDatabase,
+    RedisSettings,
+    SqliteDatabase,
+    SqliteSettings,
+)
+from .tools import PLACEHOLDER_PREFIX, head_lines, offload_handles, placeholder
 
 __all__ = [
     "NOT_AVAILABLE",
+    "PLACEHOLDER_PREFIX",
     "Anchor",
     "AnchorType",
     "CompactionRecord",
     "CompactionTier",
     "CompactorError",
     "ConfigError",
+    "DatabaseOffloader",
+    "DatabaseRecords",
+    "DatabaseState",
     "Facts",
     "FallbackError",
     "InvalidMessagesError",
@@ -100,10 +118,16 @@ __all__ = [
     "ParsedSummary",
     "PluginContext",
     "PluginError",
+    "PostgresDatabase",
+    "PostgresSettings",
     "PriceTable",
+    "RedisDatabase",
+    "RedisSettings",
     "SecretRegistry",
     "SessionInfo",
     "SessionState",
+    "SqliteDatabase",
+    "SqliteSettings",
     "StateConflictError",
     "StorageError",
     "SummarizerError",
@@ -116,6 +140,7 @@ __all__ = [
     "append_line",
     "bound_text",
     "char_count",
+    "connection_passwords",
     "create_private",
     "empty_anchors",
     "expand_path",
@@ -124,13 +149,17 @@ __all__ = [
     "first_user_request",
     "format_summary",
     "group_start",
+    "head_lines",
     "hookimpl",
     "is_split_point",
+    "mask_passwords",
     "merge_anchors",
     "message_from_dict",
     "message_to_dict",
     "newest_mtime",
+    "offload_handles",
     "parse_markdown",
+    "placeholder",
     "private_dir",
     "read_private",
     "read_records_file",
