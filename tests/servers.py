@@ -328,7 +328,9 @@ class TcpProxy:
     opens the connection). ``delay`` holds every answer back that many seconds (a slow server).
     ``drop()`` closes every connection now. ``lose_every = n`` closes a connection instead of
     passing on the server's answer to every n-th request (the server did the work, the client
-    never hears of it), sparing the first ``spare`` requests of each connection (its login).
+    never hears of it). The first ``spare`` requests of each connection (its login) are never
+    lost, nor the ``rest`` requests that follow a loss or a drop: the connection fails now and
+    then, it does not stay down (that is a server that is down, tested as such).
     """
 
     def __init__(self, target_port: int):
@@ -340,7 +342,8 @@ class TcpProxy:
         self.port = int(self.listener.getsockname()[1])
         self.delay = 0.0
         self.lose_every = 0
-        self.spare = 4
+        self.spare = 6
+        self.rest = 12
         self.round_trips = 0
         self.lost = 0
         self._requests = 0
@@ -385,7 +388,9 @@ class TcpProxy:
                     else:
                         if state["last"] != "server" and state["requests"] > self.spare and self.lose_every:
                             self._requests += 1
-                            lose = self._requests % self.lose_every == 0
+                            lose = self._requests >= self.lose_every
+                            if lose:
+                                self._requests = -self.rest
                         state["last"] = "server"
                     delay = 0.0 if upstream else self.delay
                 if lose:
@@ -407,6 +412,7 @@ class TcpProxy:
         """Close every open connection (both sides) at once."""
         with self._lock:
             pairs, self._pairs = self._pairs, []
+            self._requests = min(self._requests, -self.rest)  # what follows a drop is spared too
         for pair in pairs:
             for s in pair:
                 try:

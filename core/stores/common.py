@@ -76,7 +76,8 @@ def require_module(module: str, extra: str, plugin: str) -> None:
         )
 
 
-def fail(where: str, exc: BaseException, registry: SecretRegistry) -> NoReturn:
+def fail(where: str, exc: BaseException, registry: SecretRegistry, detail: str = "") -> NoReturn:
     """Raise a :class:`StorageError` that names the server (password masked) and the cause."""
-    cause = registry.redact(mask_passwords(f"{type(exc).__name__}: {exc}".strip()))
+    cause = f"{type(exc).__name__}: {detail or exc}".strip()
+    cause = registry.redact(mask_passwords(cause))
     raise StorageError(f"{where}: {' '.join(cause.split())}", path=where) from exc

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import attrs
@@ -63,6 +64,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 """Step *n* takes the schema from version *n* to *n + 1*; append a step to change it."""
 MIGRATION_LOCK = 0x636F6D70  # pg_advisory_xact_lock key while migrating ("comp")
+UNREACHABLE_PAUSE = 3.0
+"""Seconds (at most ``timeout``) every call fails at once after the server could not be reached."""
+_UNREACHABLE: dict[str, tuple[float, str]] = {}
+"""Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
 TABLES = {"state": "compactor_state", "records": "compactor_records", "offloads": "compactor_offloads"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -104,6 +109,7 @@ class PostgresDatabase:
         self.secrets = context.secrets
         self.plugin = plugin
         self.safe_dsn = mask_passwords(self.dsn)
+        self.server_key = self.dsn
         self.schema = f'"{settings.schema}"'
         self._pool: Any = None
         self._pid = 0
@@ -124,7 +130,8 @@ class PostgresDatabase:
                 from psycopg_pool import ConnectionPool
 
                 timeout = self.settings.timeout
-                self._pool = ConnectionPool(  # a pool inherited through fork is dropped, never closed here
+                self._pool = None  # a pool inherited through fork is dropped, never closed here
+                pool = ConnectionPool(
                     self.dsn,
                     min_size=1,
                     max_size=self.settings.pool_size,
@@ -132,6 +139,7 @@ class PostgresDatabase:
                         "autocommit": True,
                         "connect_timeout": max(2, math.ceil(timeout)),
                         "application_name": "progressive-compactor",
+                        "prepare_threshold": None,  # one round trip per statement, always
                     },
                     configure=self._configure,
                     timeout=timeout,
@@ -139,9 +147,12 @@ class PostgresDatabase:
                     num_workers=1,
                     open=False,
                 )
-                self._pool.open(wait=False)
-                self._pid = os.getpid()
-                self._migrated = False
+                try:  # connected before it is first used: no login in the background races a turn
+                    pool.open(wait=True, timeout=timeout)
+                except BaseException:
+                    pool.close()
+                    raise
+                self._pool, self._pid, self._migrated = pool, os.getpid(), False
             pool = self._pool
         if not self._migrated:
             self._run(self._migrate, pool)
@@ -198,27 +209,47 @@ class PostgresDatabase:
 
     def _run(self, work: Callable[[Any], T], pool: Any = None) -> T:
         """``work(connection)`` on a pooled connection; once more on a fresh one when the
-        connection turns out to be lost (a server restart, a dropped connection)."""
+        connection turns out to be lost (a server restart, a dropped connection). A server that
+        cannot be reached fails every call at once for a few seconds (:data:`UNREACHABLE_PAUSE`),
+        so a turn waits for it once, not once per write."""
         import psycopg
+        from psycopg_pool import PoolTimeout
 
-        try:
-            pool = pool or self._ready()
-        except psycopg.Error as exc:
-            fail(f"PostgreSQL {self.safe_dsn}", exc, self.secrets)
+        where = f"PostgreSQL {self.safe_dsn}"
+        down = _UNREACHABLE.get(self.server_key)
+        if down is not None and time.monotonic() < down[0]:
+            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
         for attempt in (1, 2):
             conn = None
             try:
-                with pool.connection() as conn:
+                with (pool or self._ready()).connection() as conn:
                     return work(conn)
+            except PoolTimeout as exc:
+                fail(where, exc, self.secrets, detail=self._unreachable(f"{exc}; {self._diagnose()}"))
             except psycopg.Error as exc:
                 if attempt == 1 and conn is not None and (conn.closed or getattr(conn, "broken", False)):
                     try:
-                        pool.check()  # the others were likely lost too: replace them before the retry
+                        (pool or self._pool).check()  # the others were likely lost too: replace them first
                     except psycopg.Error:
                         pass
                     continue
-                fail(f"PostgreSQL {self.safe_dsn}", exc, self.secrets)
+                fail(where, exc, self.secrets)
         raise AssertionError("unreachable")
+
+    def _unreachable(self, cause: str) -> str:
+        text = self.secrets.redact(mask_passwords(" ".join(cause.split())))
+        _UNREACHABLE[self.server_key] = (time.monotonic() + min(self.settings.timeout, UNREACHABLE_PAUSE), text)
+        return text
+
+    def _diagnose(self) -> str:
+        """Why no connection could be made: the pool only says it waited, so connect once."""
+        import psycopg
+
+        try:
+            psycopg.connect(self.dsn, connect_timeout=max(2, math.ceil(self.settings.timeout))).close()
+        except psycopg.Error as exc:
+            return f"connecting: {exc}"
+        return "connecting now works"
 
     def close(self) -> None:
         with self._lock:

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 SCHEMA_VERSION = 1
+UNREACHABLE_PAUSE = 3.0
+"""Seconds (at most ``timeout``) every call fails at once after the server could not be reached."""
+_UNREACHABLE: dict[str, tuple[float, str]] = {}
+"""Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
 KEYS = {"state": "state:", "records": "records:", "offloads": "offloads:"}
 
 LOAD_STATE = """
@@ -120,6 +124,7 @@ class RedisDatabase:
         self.settings = settings
         self.secrets = context.secrets
         self.safe_url = mask_passwords(self.url)
+        self.server_key = self.url
         self.prefix = settings.prefix.encode("utf-8", "surrogatepass")
         self.ttl_ms = round(settings.ttl * 1000)
         self._client: Any = None
@@ -168,8 +173,9 @@ class RedisDatabase:
         try:
             client.set(key, SCHEMA_VERSION, nx=True)
             version = int(client.get(key) or 0)
-        except redis.RedisError as exc:
-            fail(f"Redis {self.safe_url}", exc, self.secrets)
+        except redis.RedisError:
+            client.close()
+            raise
         if version > SCHEMA_VERSION:
             raise StorageError(
                 f"Redis {self.safe_url} keys under {self.settings.prefix!r} have layout version {version}, newer than"
@@ -177,9 +183,20 @@ class RedisDatabase:
             )
 
     def _run(self, work: Callable[[Any], T]) -> T:
+        """``work(client)``; once more on a new connection when the connection was lost. A
+        server that cannot be reached (or does not answer in time) fails every call at once for a
+        few seconds (:data:`UNREACHABLE_PAUSE`), so a turn waits for it once, not once per write."""
         import redis
 
-        client = self._ready()
+        where = f"Redis {self.safe_url}"
+        down = _UNREACHABLE.get(self.server_key)
+        if down is not None and time.monotonic() < down[0]:
+            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
+        try:
+            client = self._ready()
+        except redis.RedisError as exc:
+            self._unreachable(exc)
+            fail(where, exc, self.secrets)
         for attempt in (1, 2):
             try:
                 return work(client)
@@ -187,10 +204,18 @@ class RedisDatabase:
                 if attempt == 1:
                     client.connection_pool.disconnect(inuse_connections=False)
                     continue
-                fail(f"Redis {self.safe_url}", exc, self.secrets)
+                self._unreachable(exc)
+                fail(where, exc, self.secrets)
+            except redis.TimeoutError as exc:
+                self._unreachable(exc)
+                fail(where, exc, self.secrets)
             except redis.RedisError as exc:
-                fail(f"Redis {self.safe_url}", exc, self.secrets)
+                fail(where, exc, self.secrets)
         raise AssertionError("unreachable")
+
+    def _unreachable(self, exc: BaseException) -> None:
+        text = self.secrets.redact(mask_passwords(" ".join(f"{type(exc).__name__}: {exc}".split())))
+        _UNREACHABLE[self.server_key] = (time.monotonic() + min(self.settings.timeout, UNREACHABLE_PAUSE), text)
 
     def _script(self, name: str, keys: list[bytes], args: list[Any]) -> Any:
         return self._run(lambda client: self._scripts[name](keys=keys, args=args, client=client))
