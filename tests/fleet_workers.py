@@ -120,7 +120,7 @@ def serve(conn: Connection, overrides: dict[str, Any], corpus: str) -> None:
                 killer.point, killer.delay = kill
             view, record = compactor.compact_with_record(sessions[session][:upto], session)
             killer.point = None
-            conn.send(turn_result(view, record))
+            conn.send({**turn_result(view, record), "pid": os.getpid()})
         elif command == "read":
             found = {}
             for handle in args[0]:

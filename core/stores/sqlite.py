@@ -114,7 +114,7 @@ class SqliteDatabase:
             str(self.path), timeout=self.timeout, isolation_level=None, check_same_thread=False, cached_statements=64
         )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate(conn)
         except BaseException:
@@ -122,6 +122,20 @@ class SqliteDatabase:
             raise
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """WAL mode (kept in the file): switching needs the file to itself, and SQLite does not
+        wait for that, so processes that open a new file together take turns here."""
+        import sqlite3
+
+        deadline = time.monotonic() + self.timeout
+        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:

@@ -1,0 +1,173 @@
+"""A fleet of worker processes behaves as one process, with each database store.
+
+* The fleet test: 4 worker processes serve every turn of 20 corpus sessions (sessions side by
+  side, each turn on a random idle worker), state, records and results in PostgreSQL, then Redis,
+  then SQLite. Every view equals what one process with its state in memory produces, every record
+  is stored exactly once, and every offloaded result reads back byte-identical from every worker.
+* Duplicate delivery: the same turn sent to two workers at once gives both the one view.
+* The kill test: workers are killed with SIGKILL at random points of 50 turns (in the middle of
+  loading, offloading, saving, storing a record, or just after); nothing is left torn, and the
+  next turn of that session, on another worker, succeeds.
+
+The summarizer is the offline extractive one, so that views are deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_workers import KILL_POINTS, Fleet, load_session, reference, text_hash, turn_points
+from progressive_compactor import ProgressiveCompactor
+from store_contract import Backend
+
+WINDOW = 16_000
+SESSIONS = 20
+
+
+@pytest.fixture(params=["postgres", "redis", "sqlite"])
+def backend(request, tmp_path, unique_name) -> Backend:
+    kind = request.param
+    if kind == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        dsn = request.getfixturevalue("postgres_dsn")
+        return Backend(kind, {"dsn": dsn, "schema": unique_name}, tmp_path, server, server.password)
+    if kind == "redis":
+        server = request.getfixturevalue("redis_server")
+        url = request.getfixturevalue("redis_url")
+        return Backend(kind, {"url": url, "prefix": f"{unique_name}:"}, tmp_path, server, server.password)
+    return Backend(kind, {}, tmp_path)
+
+
+def fleet_overrides(backend: Backend, window: int = WINDOW) -> dict[str, Any]:
+    return {"context_window": window, **backend.overrides(record_none=True)}
+
+
+def alone_overrides(tmp_path: Path, window: int = WINDOW) -> dict[str, Any]:
+    """One process: state in memory, results in files, every record in a JSONL file."""
+    return {
+        "context_window": window,
+        "data_dir": str(tmp_path / "alone"),
+        "config": {"store-jsonl": {"record_none": True}},
+    }
+
+
+def corpus_turns(corpus_dir: Path, count: int) -> dict[str, list[int]]:
+    files = sorted(corpus_dir.glob("*.jsonl"))[:count]
+    return {f.stem: turn_points(load_session(f)) for f in files}
+
+
+@pytest.mark.corpus
+def test_a_fleet_of_four_workers_behaves_as_one_process(backend, corpus_dir, tmp_path):
+    turns = corpus_turns(corpus_dir, SESSIONS)
+    assert len(turns) == SESSIONS
+    expected = reference(alone_overrides(tmp_path), corpus_dir, turns)
+    with Fleet(4, fleet_overrides(backend), corpus_dir, seed=11) as fleet:
+        got, _ = fleet.serve(turns)
+        assert sorted(got) == sorted(expected)
+        assert [k for k in expected if got[k]["view"] != expected[k]["view"]] == []
+        assert [k for k in expected if got[k]["errors"] != expected[k]["errors"]] == []
+        assert [k for k in got if got[k]["problems"]] == []
+        assert len({r["pid"] for r in got.values()}) == 4
+        assert all(len({got[(sid, u)]["pid"] for u in points}) >= 2 for sid, points in turns.items())
+        compactions = sum(1 for r in expected.values() if r["tier"])
+        assert compactions > 100  # the window makes these sessions compact, all tiers included
+        assert {r["tier"] for r in expected.values()} == {0, 1, 2, 3, 4}
+
+        for sid, points in turns.items():  # every record stored exactly once
+            stored = fleet.workers[len(sid) % 4].call("records", sid)
+            assert sorted(stored) == sorted(got[(sid, u)]["record"] for u in points), sid
+
+        offloaded = {h: s for r in got.values() for h, s in r["offloaded"]}
+        texts = {h: s for r in expected.values() for h, s in r["texts"].items()}
+        assert len(offloaded) > 50 and offloaded == texts  # same handles, same texts
+        for reads in fleet.read_everywhere(sorted(offloaded)):
+            assert reads == offloaded  # byte-identical from every worker
+
+
+@pytest.mark.corpus
+def test_a_turn_delivered_to_two_workers_at_once_gives_one_view(backend, corpus_dir, tmp_path):
+    turns = {sid: points[:25] for sid, points in corpus_turns(corpus_dir, 3).items()}
+    expected = reference(alone_overrides(tmp_path, 8000), corpus_dir, turns)
+    with Fleet(2, fleet_overrides(backend, 8000), corpus_dir) as fleet:
+        first, second = fleet.workers
+        for sid, points in turns.items():
+            for upto in points:
+                for worker in (first, second):
+                    worker.conn.send(("turn", sid, upto, None))
+                a, b = first.conn.recv(), second.conn.recv()
+                want = expected[(sid, upto)]
+                assert a["view"] == b["view"] == want["view"], (sid, upto)
+                assert [e for e in a["errors"] + b["errors"] if "failed" in e] == []
+                stored = first.call("records", sid)
+                assert a["record"] in stored and b["record"] in stored
+        compacted = sum(1 for (sid, upto), r in expected.items() if r["tier"])
+        assert compacted >= 10
+
+
+@pytest.mark.corpus
+def test_workers_killed_at_random_points_leave_nothing_torn(backend, corpus_dir, tmp_path, caplog):
+    rng = random.Random(20240611)
+    sessions = corpus_turns(corpus_dir, 4)
+    picked = sorted(sessions, key=lambda s: -len(sessions[s]))[:2]
+    order = [
+        (sid, upto)
+        for pair in zip(*(sessions[s][:25] for s in picked), strict=True)
+        for sid, upto in zip(picked, pair, strict=True)
+    ]
+    assert len(order) == 50
+    overrides = fleet_overrides(backend, 6000)  # a small window: most turns offload, summarize or truncate
+    kills, after_kill, completed = 0, 0, []
+    with Fleet(3, overrides, corpus_dir) as fleet:
+        last_killed: Any = None
+        pending_check: set[str] = set()
+        for sid, upto in order:
+            alive = [w for w in fleet.workers if w.process.is_alive()]
+            for dead in [w for w in fleet.workers if not w.process.is_alive()]:
+                fleet.replace(dead)  # died just after its last answer (its timer fired late)
+                kills += 1
+            worker = rng.choice([w for w in alive if w is not last_killed] or alive)
+            kill = (rng.choice(KILL_POINTS), rng.uniform(0, 0.003)) if rng.random() < 0.5 else None
+            worker.wait_ready()
+            worker.conn.send(("turn", sid, upto, kill))
+            try:
+                result = worker.conn.recv()
+            except (EOFError, ConnectionResetError):  # killed in the middle of the turn
+                kills += 1
+                last_killed = fleet.replace(worker)
+                pending_check.add(sid)
+                continue
+            completed.append((sid, result))
+            assert result["problems"] == []
+            assert [e for e in result["errors"] if "failed" in e or "did not match" in e] == [], result["errors"]
+            if sid in pending_check:  # the next turn of a session whose worker was killed
+                pending_check.discard(sid)
+                after_kill += 1
+        assert kills >= 8 and after_kill >= 5
+        spawned = fleet.spawned
+    assert spawned == 3 + kills
+
+    checker = ProgressiveCompactor("default", **overrides)
+    with caplog.at_level(logging.WARNING, logger="progressive_compactor"):
+        for sid in picked:
+            state = checker.state(sid)
+            assert state.version >= 1
+            for entry in state.offloaded.values():
+                assert text_hash(checker.read_tool_result(entry.handle)) == entry.sha256
+            records = checker.records(sid) or []
+            ids = [r.id for r in records]
+            assert len(ids) == len(set(ids))
+            assert {r["record"] for s, r in completed if s == sid} <= set(ids)  # every answered turn's record
+            for record in records:
+                for entry in record.offloaded:
+                    assert text_hash(checker.read_tool_result(entry.handle)) == entry.sha256
+    assert "unreadable" not in caplog.text
+    checker.close()
+    if backend.kind == "sqlite":
+        with sqlite3.connect(tmp_path / "compactor.sqlite3") as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
