@@ -338,7 +338,9 @@ def test_lone_surrogates_are_kept_in_records_state_offloads_and_cli_output(make_
 
     odd = "bad \ud800 half " + filler(5000, "s")
     history = [{"role": "user", "content": "fix \udfff it"}, call("c0"), result("c0", odd)] + filler_turns("x")
-    compactor, _ = warn_compactor(make_compactor, plugins={"state": "state-files"}, config={"store-jsonl": {"record_none": True}})
+    compactor, _ = warn_compactor(
+        make_compactor, plugins={"state": "state-files"}, config={"store-jsonl": {"record_none": True}}
+    )
     view, record = compactor.compact_with_record(history)
     (entry,) = record.offloaded
     assert compactor.read_tool_result(entry.handle) == odd
@@ -466,7 +468,14 @@ def test_an_empty_session_id_is_an_error(make_compactor):
 
 def test_duplicate_call_ids_in_one_message_are_made_distinct_and_each_answered(make_compactor):
     twice = {"role": "assistant", "content": "", "tool_calls": [tool_call("dup", "ls a"), tool_call("dup", "ls b")]}
-    history = [{"role": "user", "content": "go"}, twice, result("dup", "A"), result("dup", "B"), call("z"), result("z", "z")]
+    history = [
+        {"role": "user", "content": "go"},
+        twice,
+        result("dup", "A"),
+        result("dup", "B"),
+        call("z"),
+        result("z", "z"),
+    ]
     view, record = make_compactor().compact_with_record(history)
     assert problems(view) == []
     ids = [c["id"] for c in view[1]["tool_calls"]]

@@ -222,7 +222,8 @@ def test_the_fallback_cannot_be_disabled():
     ):
         load_config("default", plugins={"disable": ["fallback-token-budget"]})
     with pytest.raises(
-        ConfigError, match=r"the fallback role cannot be empty; the core must always be able to truncate: use fallback-token-budget @ \$.plugins.fallback"
+        ConfigError,
+        match=r"the fallback role cannot be empty; the core must always be able to truncate: use fallback-token-budget @ \$.plugins.fallback",
     ):
         load_config("default", plugins={"fallback": "none"})
 

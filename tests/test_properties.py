@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -73,7 +72,9 @@ def histories(draw):
             history.append({"role": "assistant", "content": filler(arg, f"a{n}")})
         elif kind == "surrogates":
             history.append({"role": "assistant", "content": "Reading.", "tool_calls": [tool_call(f"s{n}", "cat odd")]})
-            history.append({"role": "tool", "tool_call_id": f"s{n}", "content": "\ud800 " + filler(arg, f"s{n}") + " \udfff"})
+            history.append(
+                {"role": "tool", "tool_call_id": f"s{n}", "content": "\ud800 " + filler(arg, f"s{n}") + " \udfff"}
+            )
         elif kind == "huge-arguments":
             call = tool_call(f"h{n}", "echo " + filler(arg, f"h{n}"))
             history.append({"role": "assistant", "content": "Writing.", "tool_calls": [call]})
@@ -153,7 +154,9 @@ def check_results(compactor, history, view):
         queue.pop(0)
 
 
-@settings(max_examples=EXAMPLES or 80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES or 80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(
     history=histories(),
     window=st.integers(1000, 40_000),
@@ -181,7 +184,9 @@ def test_every_view_is_valid_and_fits_its_tier_turn_by_turn(history, window, min
         assert history == before
 
 
-@settings(max_examples=EXAMPLES or 60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES or 60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(history=histories(), window=st.integers(1000, 40_000))
 def test_a_whole_history_at_once_is_valid_and_fits(history, window):
     with tempfile.TemporaryDirectory() as tmp:
