@@ -432,7 +432,8 @@ class TcpProxy:
 
 def start_servers(base: Path, kinds: tuple[str, ...] = ("postgres", "redis")) -> dict[str, Any]:
     started: dict[str, Any] = {}
-    os.chmod(base, 0o755)  # the servers' user must reach its folder
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o755)  # the servers' user must reach its folder (and the folders above it)
     if "postgres" in kinds:
         pg = PostgresServer.create(base / "postgres")
         pg.start()
