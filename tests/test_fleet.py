@@ -171,3 +171,81 @@ def test_workers_killed_at_random_points_leave_nothing_torn(backend, corpus_dir,
     if backend.kind == "sqlite":
         with sqlite3.connect(tmp_path / "compactor.sqlite3") as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# --- configs, connection strings, and tests that need a server --------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
+def test_a_bundled_fleet_config_is_three_plugins_of_one_backend(kind):
+    from progressive_compactor import load_config
+
+    selection = load_config(f"fleet-{kind}").plugins
+    assert (selection.state, selection.offload, selection.stores) == (
+        f"state-{kind}",
+        f"offload-{kind}",
+        (f"store-{kind}",),
+    )
+
+
+@pytest.mark.parametrize(
+    ("dsn", "password", "shown"),
+    [
+        ("postgresql://app:s3cr3t-pw@db:5432/agents", "s3cr3t-pw", "postgresql://app:***@db:5432/agents"),
+        ("host=db password=s3cr3t-pw user=app", "s3cr3t-pw", "host=db password=*** user=app"),
+        ("host=db password='s3 cr3t' user=app", "s3 cr3t", "host=db password=*** user=app"),
+        ("redis://:s3cr3t-pw@cache:6379/0", "s3cr3t-pw", "redis://:***@cache:6379/0"),
+        ("redis://cache:6379/0?password=s3cr3t-pw", "s3cr3t-pw", "redis://cache:6379/0?password=***"),
+        ("postgresql://app:p%40ss-word@db/agents", "p@ss-word", "postgresql://app:***@db/agents"),
+    ],
+)
+def test_connection_string_passwords_are_found_and_masked(dsn, password, shown):
+    from progressive_compactor.plugin import connection_passwords, mask_passwords
+
+    assert password in connection_passwords(dsn)
+    assert mask_passwords(dsn) == shown
+
+
+def test_config_show_masks_a_libpq_password(tmp_path):
+    from click.testing import CliRunner
+
+    from progressive_compactor.cli.app import cli
+
+    path = tmp_path / "fleet.yaml"
+    block = '{dsn: "host=db password=s3cr3t-pw dbname=agents"}'
+    path.write_text(
+        "plugins: {state: state-postgres, offload: offload-postgres, stores: [store-postgres]}\n"
+        f"config: {{state-postgres: {block}, offload-postgres: {block}, store-postgres: {block}}}\n"
+    )
+    shown = CliRunner().invoke(cli, ["config", "show", str(path), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert "s3cr3t-pw" not in shown.output and "password=***" in shown.output
+
+
+SKIPPED = """
+def test_needs_redis(redis_server):
+    pass
+"""
+
+
+@pytest.mark.parametrize(("require", "outcome", "status"), [("", "1 skipped", 0), ("1", "1 error", 1)])
+def test_a_missing_server_skips_on_a_developer_machine_and_fails_in_ci(tmp_path, require, outcome, status):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_needs.py").write_text(SKIPPED)
+    described = tmp_path / "servers.json"
+    described.write_text(json.dumps({"base": str(tmp_path)}))  # describes no server at all
+    env = {**os.environ, "COMPACTOR_TEST_SERVERS": str(described), "COMPACTOR_REQUIRE_SERVERS": require}
+    tests = Path(__file__).resolve().parent
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "servers", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(tests)},
+        cwd=tmp_path,
+    )
+    assert outcome in done.stdout and done.returncode == status, done.stdout
+    assert f"COMPACTOR_TEST_SERVERS={described} describes no redis server" in done.stdout
