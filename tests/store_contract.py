@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,12 @@ class Backend:
 
     def __init__(self, kind: str, block: dict[str, Any], tmp_path: Path, server: Any = None, password: str = ""):
         self.kind, self.block, self.tmp_path, self.server, self.password = kind, block, tmp_path, server, password
+        self.built: list[ProgressiveCompactor] = []
+
+    def close(self) -> None:
+        """Close every compactor built here (their pools and connections)."""
+        for compactor in self.built:
+            compactor.close()
 
     @property
     def plugins(self) -> dict[str, Any]:
@@ -58,7 +65,9 @@ class Backend:
         merged = self.overrides()
         for key, value in overrides.items():
             merged[key] = {**merged[key], **value} if isinstance(value, dict) and key in merged else value
-        return ProgressiveCompactor("default", **merged)
+        compactor = ProgressiveCompactor("default", **merged)
+        self.built.append(compactor)
+        return compactor
 
     def config_file(self, **extra: Any) -> Path:
         path = self.tmp_path / "fleet.yaml"
@@ -365,3 +374,23 @@ class StoreContract:
         history = warn_history()
         view, record = backend.compactor(context_window=window_for(history, 0.85)).compact_with_record(history, "s")
         assert problems(view) == [] and any("newer than this release" in e for e in record.errors)
+
+    def test_a_forked_worker_opens_its_own_connections(self, backend):
+        history = warn_history()
+        compactor = backend.compactor(context_window=window_for(history, 0.65))
+        compactor.compact_with_record(history[:6], "parent")  # connected before the fork
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: a worker forked from a parent that had connected
+            try:
+                _, record = compactor.compact_with_record(history, "child")
+                os.write(write, json.dumps(list(record.errors)).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        assert json.loads(os.read(read, 65536) or b'"no answer"') == []
+        os.close(read)
+        _, record = compactor.compact_with_record(history, "parent")  # the parent's connections still work
+        assert record.errors == () and record.offloaded
+        assert compactor.state("child").version == 1 and compactor.state("parent").version == 1

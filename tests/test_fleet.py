@@ -31,17 +31,20 @@ SESSIONS = 20
 
 
 @pytest.fixture(params=["postgres", "redis", "sqlite"])
-def backend(request, tmp_path, unique_name) -> Backend:
+def backend(request, tmp_path, unique_name):
     kind = request.param
     if kind == "postgres":
         server = request.getfixturevalue("postgres_server")
         dsn = request.getfixturevalue("postgres_dsn")
-        return Backend(kind, {"dsn": dsn, "schema": unique_name}, tmp_path, server, server.password)
-    if kind == "redis":
+        found = Backend(kind, {"dsn": dsn, "schema": unique_name}, tmp_path, server, server.password)
+    elif kind == "redis":
         server = request.getfixturevalue("redis_server")
         url = request.getfixturevalue("redis_url")
-        return Backend(kind, {"url": url, "prefix": f"{unique_name}:"}, tmp_path, server, server.password)
-    return Backend(kind, {}, tmp_path)
+        found = Backend(kind, {"url": url, "prefix": f"{unique_name}:"}, tmp_path, server, server.password)
+    else:
+        found = Backend(kind, {}, tmp_path)
+    yield found
+    found.close()
 
 
 def fleet_overrides(backend: Backend, window: int = WINDOW) -> dict[str, Any]:

@@ -25,10 +25,11 @@ from store_contract import Backend, StoreContract, sha, warn_history
 
 
 @pytest.fixture
-def backend(postgres_server, postgres_dsn, unique_name, tmp_path) -> Backend:
-    return Backend(
-        "postgres", {"dsn": postgres_dsn, "schema": unique_name}, tmp_path, postgres_server, postgres_server.password
-    )
+def backend(postgres_server, postgres_dsn, unique_name, tmp_path):
+    block = {"dsn": postgres_dsn, "schema": unique_name}
+    found = Backend("postgres", block, tmp_path, postgres_server, postgres_server.password)
+    yield found
+    found.close()
 
 
 class TestPostgresContract(StoreContract):
@@ -133,15 +134,17 @@ def test_the_connection_string_comes_from_the_environment_and_its_password_never
     assert compactor.secrets.redact(f"x{postgres_server.password}x") == "x[REDACTED]x"
     for info in compactor.sessions():
         assert ":***@" in info.where and postgres_server.password not in info.where
+    compactor.close()
     monkeypatch.delenv("FLEET_DSN")
     with pytest.raises(ConfigError, match="no PostgreSQL connection string: set dsn .* FLEET_DSN"):
         ProgressiveCompactor("default", plugins={"state": "state-postgres"}, config={"state-postgres": blocks})
 
 
-def test_a_wrong_password_fails_open_and_is_never_written(postgres_server, unique_name, tmp_path, caplog):
+def test_a_wrong_password_fails_open_and_is_never_written(postgres_server, unique_name, tmp_path, caplog, request):
     wrong = postgres_server.dsn.replace(postgres_server.password, "not-the-password-4c1d")
     history = warn_history()
     backend = Backend("postgres", {"dsn": wrong, "schema": unique_name, "timeout": 2}, tmp_path)
+    request.addfinalizer(backend.close)
     compactor = backend.compactor(context_window=window_for(history, 0.85))
     with caplog.at_level(logging.WARNING):
         view, record = compactor.compact_with_record(history, "s")
@@ -276,3 +279,26 @@ def test_the_bundled_fleet_config_runs(postgres_server, tmp_path, monkeypatch):
     assert compactor.state(sid).version == 1 and [r.id for r in compactor.records(sid)] == [record.id]
     assert compactor.delete_session(sid) == []
     assert sid not in {i.session_id for i in compactor.sessions()}
+    compactor.close()
+
+
+def test_a_large_text_is_stored_once_however_many_handles_name_it(backend):
+    from progressive_compactor.models import Message
+
+    plugin = backend.compactor().pm.get_plugin("offload-postgres")
+    text = "a large result\n" * 20_000
+    handles = {
+        plugin.offload(Message(role="tool", content=text, tool_call_id=c), s, 100).handle
+        for c in ("c1", "c2")
+        for s in ("s1", "s2")
+    }
+    assert handles == {"s1/c1", "s1/c2", "s2/c1", "s2/c2"}
+    schema = backend.block["schema"]
+    with psycopg.connect(backend.block["dsn"], autocommit=True) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".compactor_texts').fetchone() == (1,)
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".compactor_offloads').fetchone() == (4,)
+    plugin.on_delete_session("s1")
+    assert plugin.read_offloaded("s2/c1") == text
+    plugin.on_delete_session("s2")
+    with psycopg.connect(backend.block["dsn"], autocommit=True) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".compactor_texts').fetchone() == (0,)

@@ -24,10 +24,11 @@ from store_contract import Backend, StoreContract, sha, warn_history
 
 
 @pytest.fixture
-def backend(redis_server, redis_url, unique_name, tmp_path) -> Backend:
-    return Backend(
-        "redis", {"url": redis_url, "prefix": f"{unique_name}:"}, tmp_path, redis_server, redis_server.password
-    )
+def backend(redis_server, redis_url, unique_name, tmp_path):
+    block = {"url": redis_url, "prefix": f"{unique_name}:"}
+    found = Backend("redis", block, tmp_path, redis_server, redis_server.password)
+    yield found
+    found.close()
 
 
 class TestRedisContract(StoreContract):
@@ -99,15 +100,17 @@ def test_the_connection_string_comes_from_the_environment_and_its_password_never
     assert compactor.secrets.redact(f"x{redis_server.password}x") == "x[REDACTED]x"
     for info in compactor.sessions():
         assert ":***@" in info.where and redis_server.password not in info.where
+    compactor.close()
     monkeypatch.delenv("FLEET_URL")
     with pytest.raises(ConfigError, match="no Redis connection string: set url .* FLEET_URL"):
         ProgressiveCompactor("default", plugins={"state": "state-redis"}, config={"state-redis": blocks})
 
 
-def test_a_wrong_password_fails_open_and_is_never_written(redis_server, unique_name, tmp_path, caplog):
+def test_a_wrong_password_fails_open_and_is_never_written(redis_server, unique_name, tmp_path, caplog, request):
     wrong = redis_server.url.replace(redis_server.password, "not-the-password-4c1d")
     history = warn_history()
     backend = Backend("redis", {"url": wrong, "prefix": f"{unique_name}:", "timeout": 2}, tmp_path)
+    request.addfinalizer(backend.close)
     compactor = backend.compactor(context_window=window_for(history, 0.85))
     with caplog.at_level(logging.WARNING):
         view, record = compactor.compact_with_record(history, "s")
@@ -247,3 +250,4 @@ def test_the_bundled_fleet_config_runs(redis_server, tmp_path, monkeypatch):
     client.close()
     assert compactor.delete_session(sid) == []
     assert sid not in {i.session_id for i in compactor.sessions()}
+    compactor.close()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -25,8 +26,10 @@ from store_contract import Backend, StoreContract, warn_history
 
 
 @pytest.fixture
-def backend(tmp_path: Path) -> Backend:
-    return Backend("sqlite", {}, tmp_path)
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    found = Backend("sqlite", {}, tmp_path)
+    yield found
+    found.close()
 
 
 class TestSqliteContract(StoreContract):
@@ -51,7 +54,9 @@ def test_a_symbolic_link_in_place_of_the_file_is_refused(tmp_path):
     elsewhere.write_bytes(b"")
     (tmp_path / "compactor.sqlite3").symlink_to(elsewhere)
     history = warn_history()
-    compactor = Backend("sqlite", {}, tmp_path).compactor(context_window=window_for(history, 0.85))
+    compactor = ProgressiveCompactor(
+        "default", context_window=window_for(history, 0.85), **Backend("sqlite", {}, tmp_path).overrides()
+    )
     view, record = compactor.compact_with_record(history, "s")
     assert problems(view) == [] and record.tier is CompactionTier.FULL
     assert any("loading session state failed" in e and "cannot open" in e for e in record.errors)
@@ -85,6 +90,7 @@ FULL_DISK = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
 from pathlib import Path
+from typing import Iterator
 from progressive_compactor import ProgressiveCompactor
 from progressive_compactor.testing import build_history, window_for, problems
 data_dir = Path(sys.argv[1])
@@ -169,3 +175,24 @@ def test_the_bundled_fleet_config_runs(tmp_path):
     assert record.offloaded and record.errors == ()
     assert compactor.state("s").version == 1 and compactor.records("s")[0].id == record.id
     assert (tmp_path / "compactor.sqlite3").is_file()
+
+
+def test_a_large_text_is_stored_once_however_many_handles_name_it(backend):
+    from progressive_compactor.models import Message
+
+    plugin = backend.compactor().pm.get_plugin("offload-sqlite")
+    text = "a large result\n" * 20_000
+    handles = {
+        plugin.offload(Message(role="tool", content=text, tool_call_id=c), s, 100).handle
+        for c in ("c1", "c2")
+        for s in ("s1", "s2")
+    }
+    assert handles == {"s1/c1", "s1/c2", "s2/c1", "s2/c2"}
+    with sqlite3.connect(backend.tmp_path / "compactor.sqlite3") as conn:
+        assert conn.execute("SELECT count(*) FROM compactor_texts").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM compactor_offloads").fetchone() == (4,)
+    plugin.on_delete_session("s1")
+    assert plugin.read_offloaded("s2/c1") == text
+    plugin.on_delete_session("s2")
+    with sqlite3.connect(backend.tmp_path / "compactor.sqlite3") as conn:
+        assert conn.execute("SELECT count(*) FROM compactor_texts").fetchone() == (0,)

@@ -39,7 +39,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
-from .common import connection_string, fail, require_module, storable_id
+from .common import INHERITED, connection_string, fail, require_module, storable_id
 
 if TYPE_CHECKING:
     from ..plugin_manager import PluginContext
@@ -130,7 +130,9 @@ class PostgresDatabase:
                 from psycopg_pool import ConnectionPool
 
                 timeout = self.settings.timeout
-                self._pool = None  # a pool inherited through fork is dropped, never closed here
+                if self._pool is not None:  # inherited through fork: never used, nor closed, here
+                    INHERITED.append(self._pool)
+                self._pool = None
                 pool = ConnectionPool(
                     self.dsn,
                     min_size=1,

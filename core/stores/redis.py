@@ -36,7 +36,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
-from .common import connection_string, fail, require_module
+from .common import INHERITED, connection_string, fail, require_module
 
 if TYPE_CHECKING:
     from ..plugin_manager import PluginContext
@@ -144,6 +144,8 @@ class RedisDatabase:
         with self._lock:
             if self._client is not None and self._pid == os.getpid():
                 return self._client
+            if self._client is not None:  # inherited through fork: never used, nor closed, here
+                INHERITED.append(self._client)
             import redis
             from redis.backoff import NoBackoff
             from redis.retry import Retry

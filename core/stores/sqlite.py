@@ -34,7 +34,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..storage import private_dir
-from .common import fail, storable_id
+from .common import INHERITED, fail, storable_id
 
 if TYPE_CHECKING:
     import sqlite3
@@ -102,7 +102,9 @@ class SqliteDatabase:
 
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        self._conn = None  # a connection inherited through fork is never used (nor closed) here
+        if self._conn is not None:  # inherited through fork: never used, nor closed, here
+            INHERITED.append(self._conn)
+        self._conn = None
         folder = self.path.parent
         private_dir(folder, folder)
         try:
