@@ -38,9 +38,8 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))
 
 from fleet_workers import Fleet, load_session, turn_points  # noqa: E402
-from servers import TcpProxy, start_servers  # noqa: E402
-
 from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
+from servers import TcpProxy, start_servers  # noqa: E402
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 HUGE = 10**8
@@ -65,7 +64,9 @@ def blocks(kind: str, conn: dict[str, str]) -> dict[str, Any]:
 
 
 def compactor(kind: str, conn: dict[str, str], data_dir: str, window: int) -> ProgressiveCompactor:
-    return ProgressiveCompactor("default", context_window=window, data_dir=data_dir, **plugins(kind), **blocks(kind, conn))
+    return ProgressiveCompactor(
+        "default", context_window=window, data_dir=data_dir, **plugins(kind), **blocks(kind, conn)
+    )
 
 
 def tier_none(files: list[Path], kinds: list[str], conn: dict[str, str], root: Path) -> dict[str, list[float]]:
@@ -111,7 +112,12 @@ def round_trips(files: list[Path], kind: str, conn: dict[str, str], root: Path) 
 def fleet(corpus: Path, kind: str, conn: dict[str, str], root: Path, sessions: int) -> tuple[int, float]:
     files = sorted(corpus.glob("*.jsonl"))[:sessions]
     turns = {f.stem: turn_points(load_session(f)) for f in files}
-    overrides = {"context_window": 16_000, "data_dir": str(root / f"fleet-{kind}"), **plugins(kind), **blocks(kind, conn)}
+    overrides = {
+        "context_window": 16_000,
+        "data_dir": str(root / f"fleet-{kind}"),
+        **plugins(kind),
+        **blocks(kind, conn),
+    }
     with Fleet(4, overrides, corpus, seed=3) as workers:
         results, seconds = workers.serve(turns)
     assert all(not r["problems"] for r in results.values())
@@ -157,7 +163,9 @@ def main() -> None:
         trips = {k: round_trips(files, k, conn, root) for k in ("postgres", "redis")}
         base = statistics.median(times["memory"])
         print(f"\nTierNone: {len(times['memory'])} turns of {len(files)} corpus sessions per store, one process")
-        print("| state store (with its backend's records and offloads) | median µs per turn | mean µs | vs state-memory | round trips per turn |")
+        print(
+            "| state store (with its backend's records and offloads) | median µs per turn | mean µs | vs state-memory | round trips per turn |"
+        )
         print("|---|---|---|---|---|")
         names = {"memory": "state-memory", "files": "state-files", "sqlite": "state-sqlite (one file, WAL)",
                  "postgres": "state-postgres (127.0.0.1)", "redis": "state-redis (127.0.0.1)"}  # fmt: skip
