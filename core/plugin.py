@@ -19,6 +19,8 @@ example of every hook.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .anchors import empty_anchors, facts_as_anchors, format_summary, merge_anchors, parse_markdown
 from .converters import (
     read_records_file,
@@ -84,18 +86,43 @@ from .storage import (
     safe_name,
     write_private,
 )
-from .stores import (
-    DatabaseOffloader,
-    DatabaseRecords,
-    DatabaseState,
-    PostgresDatabase,
-    PostgresSettings,
-    RedisDatabase,
-    RedisSettings,
-    SqliteDatabase,
-    SqliteSettings,
-)
 from .tools import PLACEHOLDER_PREFIX, head_lines, offload_handles, placeholder
+
+if TYPE_CHECKING:
+    from .stores import (
+        DatabaseOffloader,
+        DatabaseRecords,
+        DatabaseState,
+        PostgresDatabase,
+        PostgresSettings,
+        RedisDatabase,
+        RedisSettings,
+        SqliteDatabase,
+        SqliteSettings,
+    )
+
+_STORES = (
+    "DatabaseOffloader",
+    "DatabaseRecords",
+    "DatabaseState",
+    "PostgresDatabase",
+    "PostgresSettings",
+    "RedisDatabase",
+    "RedisSettings",
+    "SqliteDatabase",
+    "SqliteSettings",
+)
+"""The database backends (:mod:`progressive_compactor.stores`), imported when first asked for:
+building a compactor that uses none of them does not pay for them."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STORES:
+        from . import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "NOT_AVAILABLE",
