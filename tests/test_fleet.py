@@ -137,10 +137,10 @@ def test_workers_killed_at_random_points_leave_nothing_torn(backend, corpus_dir,
             worker = rng.choice([w for w in alive if w is not last_killed] or alive)
             kill = (rng.choice(KILL_POINTS), rng.uniform(0, 0.003)) if rng.random() < 0.5 else None
             worker.wait_ready()
-            worker.conn.send(("turn", sid, upto, kill))
             try:
+                worker.conn.send(("turn", sid, upto, kill))
                 result = worker.conn.recv()
-            except (EOFError, ConnectionResetError):  # killed in the middle of the turn
+            except (EOFError, OSError):  # killed in the middle of the turn (or just before it)
                 kills += 1
                 last_killed = fleet.replace(worker)
                 pending_check.add(sid)
