@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -76,6 +77,8 @@ def test_a_write_lock_held_too_long_fails_open_and_the_next_turn_recovers(backen
         blocker.close()
     assert problems(view) == [] and record.tier is not CompactionTier.NONE
     assert any("saving session state failed" in e and "database is locked" in e for e in record.errors)
+    assert any("locked, not tried again" in e for e in record.errors)  # waited for once, not per write
+    time.sleep(0.2)  # the pause after a lock waited for in vain (at most the 0.2 s timeout) is over
     before = compactor.state("s").version
     view_again, again = compactor.compact_with_record(history, "s")
     assert again.errors == () and compactor.state("s").version == before + 1

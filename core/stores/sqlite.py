@@ -65,6 +65,10 @@ _SESSIONS = {
     "offloads": "SELECT session_id, MAX(created) FROM compactor_offloads GROUP BY session_id ORDER BY session_id",
 }
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+LOCKED_PAUSE = 3.0
+"""Seconds (at most ``timeout``) every write fails at once after one waited for the lock in vain."""
+_LOCKED: dict[str, tuple[float, str]] = {}
+"""Database file -> (until when writes fail at once, why), shared by the plugins of a process."""
 
 
 @attrs.frozen
@@ -160,15 +164,23 @@ class SqliteDatabase:
             conn.execute("ROLLBACK")
             raise
 
-    def _run(self, work: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
-        """``work(conn)`` under the process's lock; with ``write``, in one ``BEGIN IMMEDIATE``
-        transaction (committed when it returns, rolled back when it raises)."""
+    def _run(self, work: Callable[[sqlite3.Connection], T], transaction: bool = False, writes: bool = False) -> T:
+        """``work(conn)`` under the process's lock; with ``transaction``, in one ``BEGIN
+        IMMEDIATE`` transaction (committed when it returns, rolled back when it raises). A write
+        that waited ``timeout`` for another process's write lock in vain makes every write fail at
+        once for a few seconds (:data:`LOCKED_PAUSE`), so a turn waits for it once, not once per
+        write."""
         import sqlite3
 
+        where = f"SQLite database {self.path}"
+        writes = writes or transaction
+        locked = _LOCKED.get(str(self.path))
+        if writes and locked is not None and time.monotonic() < locked[0]:
+            raise StorageError(f"{where}: locked, not tried again for a few seconds ({locked[1]})", path=str(self.path))
         with self._lock:
             try:
                 conn = self._connect()
-                if not write:
+                if not transaction:
                     return work(conn)
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -185,7 +197,9 @@ class SqliteDatabase:
                         self._conn.execute("ROLLBACK")
                     except sqlite3.Error:
                         self._conn = None
-                fail(f"SQLite database {self.path}", exc, self.secrets)
+                if writes and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    _LOCKED[str(self.path)] = (time.monotonic() + min(self.timeout, LOCKED_PAUSE), str(exc))
+                fail(where, exc, self.secrets)
 
     def close(self) -> None:
         with self._lock:
@@ -221,7 +235,7 @@ class SqliteDatabase:
                 " WHERE session_id = ? AND version = ?"
             )
             params = (version, stamp, data, now, sid, version - 1)
-        return bool(self._run(lambda c: c.execute(sql, params).rowcount))
+        return bool(self._run(lambda c: c.execute(sql, params).rowcount, writes=True))
 
     # --- records -----------------------------------------------------------------------------
 
@@ -231,7 +245,7 @@ class SqliteDatabase:
             "INSERT INTO compactor_records (id, session_id, created, data) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (id) DO NOTHING"
         )
-        return bool(self._run(lambda c: c.execute(sql, (record_id, sid, time.time(), text)).rowcount))
+        return bool(self._run(lambda c: c.execute(sql, (record_id, sid, time.time(), text)).rowcount, writes=True))
 
     def read_records(self, session_id: str) -> list[str]:
         sid = storable_id(session_id)
@@ -265,7 +279,7 @@ class SqliteDatabase:
                 return handle
             return None
 
-        return self._run(store, write=True)
+        return self._run(store, transaction=True)
 
     def read_offloaded(self, handle: str) -> bytes | None:
         sql = "SELECT t.data FROM compactor_offloads o JOIN compactor_texts t ON t.sha256 = o.sha256 WHERE o.handle = ?"
@@ -293,4 +307,4 @@ class SqliteDatabase:
                 )
             c.execute(f"DELETE FROM {TABLES[kind]} WHERE session_id = ?", (sid,))  # noqa: S608 - a fixed name
 
-        self._run(delete, write=True)
+        self._run(delete, transaction=True)
