@@ -92,6 +92,43 @@ class Backend:
             client.set(self.block["prefix"] + "schema", version)
             client.close()
 
+    def make_old(self, session_id: str, seconds: float) -> None:
+        """Pretend every write for ``session_id`` happened ``seconds`` earlier."""
+        if self.kind == "sqlite":
+            import sqlite3
+
+            with sqlite3.connect(self.tmp_path / "compactor.sqlite3") as conn:
+                conn.execute(
+                    "UPDATE compactor_state SET updated = updated - ? WHERE session_id = ?", (seconds, session_id)
+                )
+                for table in ("compactor_records", "compactor_offloads"):
+                    conn.execute(
+                        f"UPDATE {table} SET created = created - ? WHERE session_id = ?", (seconds, session_id)
+                    )
+        elif self.kind == "postgres":
+            import psycopg
+
+            schema = self.block["schema"]
+            with psycopg.connect(self.block["dsn"], autocommit=True) as conn:
+                ago = f"{seconds} seconds"
+                conn.execute(
+                    f'UPDATE "{schema}".compactor_state SET updated = updated - %s::interval WHERE session_id = %s',
+                    (ago, session_id),
+                )
+                for table in ("compactor_records", "compactor_offloads"):
+                    conn.execute(
+                        f'UPDATE "{schema}".{table} SET created = created - %s::interval WHERE session_id = %s',
+                        (ago, session_id),
+                    )
+        else:
+            client = self.server.client()
+            for kind in ("state", "records", "offloads"):
+                key = f"{self.block['prefix']}sessions:{kind}"
+                score = client.zscore(key, session_id)
+                if score is not None:
+                    client.zadd(key, {session_id: score - seconds})
+            client.close()
+
     def raw(self) -> str:
         """Everything the backend stores, as text (binary values decoded), to look for secrets."""
         if self.kind == "sqlite":
@@ -362,6 +399,20 @@ class StoreContract:
         for result in (listed, shown, report, dry, gone, missing):
             if backend.password:
                 assert backend.password not in result.output + (result.stderr or "")
+
+    def test_gc_deletes_the_sessions_older_than_an_age(self, backend):
+        history = warn_history()
+        path = backend.config_file(context_window=window_for(history, 0.65))
+        compactor = ProgressiveCompactor(str(path))
+        compactor.compact_with_record(history, "old")
+        compactor.compact_with_record(history, "new")
+        backend.make_old("old", 8 * 86400)
+        done = runner().invoke(cli, ["gc", "--older-than", "7d", "--config", str(path), "--json"])
+        assert done.exit_code == 0, done.output
+        assert [r["session"] for r in json.loads(done.stdout)["removed"]] == ["old"]
+        assert {i.session_id for i in compactor.sessions()} == {"new"}
+        assert compactor.records("old") is None and compactor.state("new").version == 1
+        compactor.close()
 
     def test_a_schema_newer_than_this_release_is_refused(self, backend):
         compactor = backend.compactor()
