@@ -495,7 +495,7 @@ except ImportError:  # used as a script by .ci/run before the test dependencies 
 if pytest is not None:
     _started: dict[str, Any] = {}
 
-    def _server(kind: str, module: str, extra: str, tmp_factory: Any) -> Any:
+    def _server(kind: str, module: str, extra: str) -> Any:
         try:
             __import__(module)
         except ImportError:
@@ -522,16 +522,16 @@ if pytest is not None:
             del _started[kind]
 
     @pytest.fixture(scope="session")
-    def postgres_server(tmp_path_factory: Any) -> Iterator[PostgresServer]:
+    def postgres_server() -> Iterator[PostgresServer]:
         """A running PostgreSQL server (skipped, or failed in CI, when there is none)."""
-        server = _server("postgres", "psycopg", "postgres", tmp_path_factory)
+        server = _server("postgres", "psycopg", "postgres")
         yield server
         _stop_started("postgres", server)
 
     @pytest.fixture(scope="session")
-    def redis_server(tmp_path_factory: Any) -> Iterator[RedisServer]:
+    def redis_server() -> Iterator[RedisServer]:
         """A running Redis server (skipped, or failed in CI, when there is none)."""
-        server = _server("redis", "redis", "redis", tmp_path_factory)
+        server = _server("redis", "redis", "redis")
         yield server
         _stop_started("redis", server)
 
