@@ -306,7 +306,8 @@ class ProgressiveCompactor:
         tokens_before = cache.system_tokens + cache.compaction_tokens + cache.uncovered_tokens + recent.tokens
         msgs_before = len(cache.head()) + len(cache.uncovered) + len(recent.messages)
         tokens = corrected(tokens_before, ratio)
-        context = TurnContext(sid, window, tokens, msgs_before, len(history), state, force)
+        system_tokens = corrected(cache.system_tokens, ratio)
+        context = TurnContext(sid, window, tokens, msgs_before, len(history), state, force, system_tokens)
         requested = CompactionTier.EMERGENCY if force else self.hooks.determine_tier(tokens, window, context)
         work = TurnWork(sid, context, state, [], stable=len(cache.uncovered), compaction=cache.compaction)
         work.errors += reset_errors
@@ -347,18 +348,22 @@ class ProgressiveCompactor:
             view, fixed = repair_tool_pairs(view)
             repairs += fixed
             work.errors.append(f"repaired view: {problems[0]}")
+        kept_in_step = not fixed_view and ratio == 1.0  # else the counts are corrected: estimate afresh
+        tokens_after = self._tiers.view_tokens(cache, work) if kept_in_step else sum(self.hooks.estimate_tokens(view))
         if work.state is not state:
             work.state = attrs.evolve(work.state, version=state.version + 1)
-            saved = self._save_state(sid, work.state, work.errors if last else [])
+            if tier >= CompactionTier.SOFT:  # where this compaction landed, for the policy's next turns
+                work.state = attrs.evolve(work.state, landed_tokens=tokens_after, landed_messages=len(history))
+            save_errors: list[str] = []
+            saved = self._save_state(sid, work.state, save_errors)
             if saved:
                 cache.refresh(work.state, self._tiers.compaction_message_for(sid))
             else:  # the next attempt (or turn) builds its view from the state that is stored
                 cache.forget_view()
                 if saved is None and not last:
                     return work
+            work.errors += save_errors  # a save that failed (not one that lost) is said at once
         out = [message_to_dict(m) for m in view]
-        kept_in_step = not fixed_view and ratio == 1.0  # else the counts are corrected: estimate afresh
-        tokens_after = self._tiers.view_tokens(cache, work) if kept_in_step else sum(self.hooks.estimate_tokens(view))
         return out, work, tier, requested, tokens_before, tokens_after, msgs_before, repairs
 
     def _record(

@@ -40,6 +40,9 @@ BUNDLED = (
     "baseline-truncation",
     "baseline-one-threshold",
     "baseline-masking",
+    "fleet-sqlite",
+    "fleet-postgres",
+    "fleet-redis",
 )
 ESSENTIAL_PLUGINS = ("fallback-token-budget",)
 """Plugins that configuration cannot disable: the core must always be able to truncate."""

@@ -245,6 +245,12 @@ class SessionState:
     variant: str | None = None
     """The A/B variant the session was assigned at its first turn (``ExperimentCompactor``); kept
     for the session's life, whatever later happens to the experiment's weights or name."""
+    landed_tokens: int = 0
+    """Estimated tokens of the view the last summarizing or emergency compaction left (0: none
+    yet). With ``landed_messages``, what a policy needs to know how fast the session grows and
+    where its last compaction landed, whichever worker served it."""
+    landed_messages: int = 0
+    """Messages of the caller's history at that compaction."""
 
 
 @attrs.frozen
@@ -262,6 +268,8 @@ class TurnContext:
     """The session's state as the turn found it (summary, anchors, what is covered, offloads)."""
     forced: bool = False
     """A manual compaction (``compact_force``): the tier is Emergency whatever the policy says."""
+    system_tokens: int = 0
+    """Estimated tokens of the system message, which no compaction makes smaller."""
 
 
 @attrs.frozen

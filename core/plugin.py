@@ -11,11 +11,15 @@ class SummarizeAtSoft:
 
 The built-in plugins import from here and nowhere else (HTTP summarizers also from
 :mod:`progressive_compactor.http`, the declared API for summarizers that call a provider); what
-is not exported here may move between releases. See ``CONTRIBUTING.md`` for a guide with an
+is not exported here may move between releases. The database backends of the ``*-sqlite``,
+``*-postgres`` and ``*-redis`` plugins (:mod:`progressive_compactor.stores`) are exported here
+too; importing them imports no driver. See ``CONTRIBUTING.md`` for a guide with an
 example of every hook.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .anchors import empty_anchors, facts_as_anchors, format_summary, merge_anchors, parse_markdown
 from .converters import (
@@ -72,7 +76,7 @@ from .models import (
 )
 from .plugin_manager import PluginContext
 from .pricing import PriceTable
-from .redaction import SecretRegistry
+from .redaction import SecretRegistry, connection_passwords, mask_passwords
 from .storage import (
     append_line,
     create_private,
@@ -84,15 +88,56 @@ from .storage import (
     safe_name,
     write_private,
 )
+from .tools import PLACEHOLDER_PREFIX, head_lines, offload_handles, placeholder
+
+if TYPE_CHECKING:
+    from .stores import (
+        DatabaseOffloader,
+        DatabaseRecords,
+        DatabaseState,
+        PostgresDatabase,
+        PostgresSettings,
+        RedisDatabase,
+        RedisSettings,
+        SqliteDatabase,
+        SqliteSettings,
+    )
+
+_STORES = (
+    "DatabaseOffloader",
+    "DatabaseRecords",
+    "DatabaseState",
+    "PostgresDatabase",
+    "PostgresSettings",
+    "RedisDatabase",
+    "RedisSettings",
+    "SqliteDatabase",
+    "SqliteSettings",
+)
+"""The database backends (:mod:`progressive_compactor.stores`), imported when first asked for:
+building a compactor that uses none of them does not pay for them."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STORES:
+        from . import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "NOT_AVAILABLE",
+    "PLACEHOLDER_PREFIX",
     "Anchor",
     "AnchorType",
     "CompactionRecord",
     "CompactionTier",
     "CompactorError",
     "ConfigError",
+    "DatabaseOffloader",
+    "DatabaseRecords",
+    "DatabaseState",
     "Facts",
     "FallbackError",
     "InvalidMessagesError",
@@ -102,10 +147,16 @@ __all__ = [
     "ParsedSummary",
     "PluginContext",
     "PluginError",
+    "PostgresDatabase",
+    "PostgresSettings",
     "PriceTable",
+    "RedisDatabase",
+    "RedisSettings",
     "SecretRegistry",
     "SessionInfo",
     "SessionState",
+    "SqliteDatabase",
+    "SqliteSettings",
     "StateConflictError",
     "StorageError",
     "SummarizerError",
@@ -118,6 +169,7 @@ __all__ = [
     "append_line",
     "bound_text",
     "char_count",
+    "connection_passwords",
     "create_private",
     "empty_anchors",
     "expand_path",
@@ -127,13 +179,17 @@ __all__ = [
     "format_summary",
     "from_anthropic",
     "group_start",
+    "head_lines",
     "hookimpl",
     "is_split_point",
+    "mask_passwords",
     "merge_anchors",
     "message_from_dict",
     "message_to_dict",
     "newest_mtime",
+    "offload_handles",
     "parse_markdown",
+    "placeholder",
     "private_dir",
     "read_private",
     "read_records_file",

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 MASK = "[REDACTED]"
 MIN_SECRET = 4
@@ -110,6 +111,26 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
 """The password of a connection string (``postgresql://user:secret@host/db``)."""
+KEY_PASSWORD = re.compile(r"""(?i)\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&'"]+)""")
+"""A ``password=...`` setting: libpq's ``host=db password=secret`` or a URL's ``?password=secret``."""
+PASSWORD_MASK = "***"  # noqa: S105 - the mask, not a password
+
+
+def connection_passwords(text: str) -> list[str]:
+    """The passwords a connection string holds (URL ``user:password@`` and ``password=``)."""
+    found = []
+    for value in URL_PASSWORD.findall(text):
+        found += [value, unquote(value)] if unquote(value) != value else [value]
+    for value in KEY_PASSWORD.findall(text):
+        found.append(value[1:-1].replace("\\'", "'").replace("\\\\", "\\") if value.startswith("'") else value)
+    return [p for p in found if p]
+
+
+def mask_passwords(text: str) -> str:
+    """``text`` with the password of every connection string in it replaced by ``***``, for
+    messages and where-strings that name a server (``postgresql://app:***@db:5432/agents``)."""
+    text = URL_PASSWORD.sub(lambda m: m.group(0).replace(f":{m.group(1)}@", f":{PASSWORD_MASK}@"), text)
+    return KEY_PASSWORD.sub(lambda m: m.group(0)[: m.start(1) - m.start(0)] + PASSWORD_MASK, text)
 
 
 def config_secrets(config: Any) -> list[str]:
@@ -130,11 +151,11 @@ def config_secrets(config: Any) -> list[str]:
         elif isinstance(value, str):
             if key.endswith("_env") and os.environ.get(value):
                 found.append(os.environ[value])
-                found.extend(URL_PASSWORD.findall(os.environ[value]))
-            found.extend(URL_PASSWORD.findall(value))
+                found.extend(connection_passwords(os.environ[value]))
+            found.extend(connection_passwords(value))
 
     walk(getattr(config, "config", {}))
     return found
 
 
-__all__ = ["MASK", "SecretRegistry", "config_secrets"]
+__all__ = ["MASK", "SecretRegistry", "config_secrets", "connection_passwords", "mask_passwords"]

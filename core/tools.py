@@ -1,4 +1,5 @@
-"""A ready-made tool for the agent's own tool list: read an offloaded tool result back.
+"""A ready-made tool for the agent's own tool list: read an offloaded tool result back; and the
+placeholder that stands for an offloaded result in the view and tells the agent to call it.
 
 ```python
 tools = [*my_tools, READ_TOOL_RESULT_TOOL]
@@ -11,9 +12,15 @@ if call["function"]["name"] == "read_tool_result":
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .errors import CompactorError
+from .models import OffloadEntry
+from .storage import safe_name
+
+PLACEHOLDER_PREFIX = "[Tool result offloaded"
+_LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 READ_TOOL_RESULT_TOOL: dict[str, Any] = {
     "type": "function",
@@ -50,3 +57,46 @@ def handle_read_tool_call(compactor: Any, arguments: str | dict[str, Any]) -> st
         return f"error: invalid arguments for read_tool_result: {exc}"
     except CompactorError as exc:
         return f"error: {exc}"
+
+
+def head_lines(text: str, count: int) -> list[str]:
+    """The first ``count`` lines of ``text``, as ``text.splitlines()[:count]`` gives them, without
+    splitting all of it (a tool result may be tens of megabytes)."""
+    lines: list[str] = []
+    start = 0
+    for match in _LINE_BREAK.finditer(text):
+        if len(lines) == count:
+            return lines
+        lines.append(text[start : match.start()])
+        start = match.end()
+    if len(lines) < count and start < len(text):
+        lines.append(text[start:])
+    return lines
+
+
+def placeholder(entry: OffloadEntry, text: str, preview_lines: int, preview_chars: int) -> str:
+    """What stands for an offloaded result in the view: its size, its handle, its first lines.
+
+    Every built-in offloader (files, SQLite, PostgreSQL, Redis) writes this same text, so a view
+    does not depend on where the results are kept."""
+    lines = head_lines(text, preview_lines)
+    preview = "\n".join(lines)
+    if len(preview) > preview_chars:
+        preview = preview[:preview_chars] + " ..."
+    return (
+        f"{PLACEHOLDER_PREFIX}: {entry.chars} characters, {entry.lines} lines. Handle: {entry.handle}]\n"
+        f"First {len(lines)} lines:\n{preview}\n"
+        f'[Full text: call read_tool_result with {{"handle": "{entry.handle}"}}, '
+        "optionally with start_line and end_line.]"
+    )
+
+
+def offload_handles(session_id: str, tool_call_id: str, sha256: str) -> tuple[str, str]:
+    """The handles an offloader tries for a result, in order: ``{session}/{call}``, then
+    ``{session}/{call}.{first 12 hex digits of the text's sha256}`` when the plain one already
+    holds another text (a provider that reuses ``call_0``). The first writer of a handle keeps it;
+    a handle is never rewritten with other text. Ids that are not plain names are replaced by
+    :func:`~progressive_compactor.storage.safe_name`, so every offloader (and every worker) gives
+    one result the same handle."""
+    base = f"{safe_name(session_id)}/{safe_name(tool_call_id)}"
+    return base, f"{base}.{sha256[:12]}"

@@ -21,6 +21,7 @@ from pathlib import Path
 import attrs
 
 from progressive_compactor.plugin import (
+    PLACEHOLDER_PREFIX,
     Message,
     OffloadEntry,
     OffloadError,
@@ -30,6 +31,7 @@ from progressive_compactor.plugin import (
     create_private,
     hookimpl,
     newest_mtime,
+    placeholder,
     read_private,
     remove,
     safe_name,
@@ -38,41 +40,8 @@ from progressive_compactor.plugin import (
     write_private,
 )
 
-PLACEHOLDER_PREFIX = "[Tool result offloaded"
 ID_FILE = ".session_id"
 _HANDLE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})/([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})")
-
-
-_LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-def head_lines(text: str, count: int) -> list[str]:
-    """The first ``count`` lines of ``text``, as ``text.splitlines()[:count]`` gives them, without
-    splitting all of it (a tool result may be tens of megabytes)."""
-    lines: list[str] = []
-    start = 0
-    for match in _LINE_BREAK.finditer(text):
-        if len(lines) == count:
-            return lines
-        lines.append(text[start : match.start()])
-        start = match.end()
-    if len(lines) < count and start < len(text):
-        lines.append(text[start:])
-    return lines
-
-
-def placeholder(entry: OffloadEntry, text: str, preview_lines: int, preview_chars: int) -> str:
-    """What stands for an offloaded result in the view: its size, its handle, its first lines."""
-    lines = head_lines(text, preview_lines)
-    preview = "\n".join(lines)
-    if len(preview) > preview_chars:
-        preview = preview[:preview_chars] + " ..."
-    return (
-        f"{PLACEHOLDER_PREFIX}: {entry.chars} characters, {entry.lines} lines. Handle: {entry.handle}]\n"
-        f"First {len(lines)} lines:\n{preview}\n"
-        f'[Full text: call read_tool_result with {{"handle": "{entry.handle}"}}, '
-        "optionally with start_line and end_line.]"
-    )
 
 
 class FileOffloader:

@@ -15,9 +15,14 @@ The first term grows with ``D``, the last shrinks: the cheapest ``D`` is
 ($3 input, $0.30 cached, $15 output per million) and what the corpus shows (``g`` ≈ 550 tokens a
 turn, a summary written as a delta of ``S`` ≈ 400 tokens, ``L`` ≈ 2,500 to 6,000) that is about
 7,000 to 11,000 tokens: compacting at 10,000 to 17,000 tokens costs less than waiting for 70 % of
-a 128k window. Without a prompt cache (``cached_input`` equal
-to ``input``) the break costs nothing and ``D`` comes out smaller still. The growth ``g`` is
-measured per session (an average of what each turn added), starting from ``growth_tokens``.
+a 128k window. Without a prompt cache (``cached_input`` equal to ``input``) the break costs
+nothing and ``D`` comes out smaller still.
+
+The plugin keeps nothing in memory: ``g`` and ``L`` come from the session's state, which the core
+updates at each compaction (``landed_tokens``, ``landed_messages``): ``g`` is what the view grew
+since then per call (about two messages), with ``growth_tokens`` as a prior; ``L`` is at least
+where the last compaction really landed, so that a large protected tail does not make it
+compact again at once. Every worker of a fleet decides the same.
 
 The thresholds stay the safety limits: at ``soft``, ``full`` and ``emergency`` of the window the
 tier is Soft, Full and Emergency whatever the arithmetic says; Warn offloads from ``warn`` on.
@@ -27,7 +32,6 @@ Below them, the cost trigger asks for Soft (see ``docs/cost.md`` for the arithme
 from __future__ import annotations
 
 import math
-import threading
 
 import attrs
 
@@ -41,6 +45,12 @@ from progressive_compactor.plugin import (
 )
 
 TIERS = ("warn", "soft", "full", "emergency")
+MESSAGES_PER_CALL = 2
+"""An agent's call adds about two messages to the history: its reply and a tool result."""
+PRIOR_CALLS = 4
+"""How many calls' worth ``growth_tokens`` counts for, against what the session shows."""
+SETTLE_CALLS = 5
+"""After a compaction, the next waits at least this many calls' growth past where it landed."""
 
 
 @attrs.frozen
@@ -105,23 +115,17 @@ class CostPolicy:
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()
         self.context = context or PluginContext()
-        self._growth: dict[str, tuple[int, float, int]] = {}
-        """session -> (the last view's tokens, the average growth a turn, the tokens of the first
-        view after the last compaction: where a compaction really landed, 0 before the first)."""
-        self._lock = threading.Lock()
 
     def cycle(self, tokens: int, turn: TurnContext) -> Cycle:
         """Where compacting this session's view starts to pay (see the module docstring)."""
         prices = self.context.config.pricing
         c = self.config
-        growth, landed = self._seen(turn.session_id)
+        growth, landed = self.growth(tokens, turn), turn.state.landed_tokens
         per_message = tokens / max(turn.view_messages, 1)
         tail = per_message * self.context.config.min_tail_messages
         state = turn.state
         summary = (len(state.summary or "") + sum(len(a.content) for a in state.anchors)) / 4 or c.summary_tokens
-        # What a compaction is expected to leave, or what the last one left if that was more (a
-        # large protected tail): the next compaction waits for the view to grow past it.
-        landing = max(summary + tail + c.keep_share * tokens, landed)
+        landing = summary + tail + c.keep_share * tokens
         cached = max(prices.cached_input, 1e-9)
         fresh = prices.cache_write if prices.cache_write is not None else prices.input
         one_off = (
@@ -130,22 +134,20 @@ class CostPolicy:
             + landing * max(fresh - prices.cached_input, 0.0)
         )
         interval = math.sqrt(2 * growth * one_off / cached)
-        return Cycle(growth, landing, interval, max(landing + interval, c.min_trigger_tokens))
+        # Hysteresis: whatever the arithmetic says, the view grows for a few calls past where the
+        # last compaction really landed (a large protected tail) before the next one.
+        settle = landed + SETTLE_CALLS * growth if landed else 0.0
+        return Cycle(growth, landing, interval, max(landing + interval, settle, c.min_trigger_tokens))
 
-    def _seen(self, session_id: str) -> tuple[float, int]:
-        """The session's growth per turn and where its last compaction landed (0: none yet)."""
-        _, growth, landed = self._growth.get(session_id, (0, float(self.config.growth_tokens), 0))
-        return growth, landed
-
-    def _observe(self, session_id: str, tokens: int) -> None:
-        """A turn starts with a view of ``tokens``."""
-        with self._lock:
-            last, growth, landed = self._growth.get(session_id, (tokens, float(self.config.growth_tokens), 0))
-            if tokens > last:
-                growth = 0.8 * growth + 0.2 * (tokens - last)
-            elif tokens < last:  # the previous turn compacted (that is no growth): it landed here
-                landed = tokens
-            self._growth[session_id] = (tokens, growth, landed)
+    def growth(self, tokens: int, turn: TurnContext) -> float:
+        """Tokens the view grows by a call: what it grew since the last compaction (from the
+        session's state, so every worker of a fleet sees the same), or before the first one, all
+        but the system message; ``growth_tokens`` weighs in as :data:`PRIOR_CALLS` calls' worth."""
+        state, prior = turn.state, float(self.config.growth_tokens)
+        since = turn.history_messages - state.landed_messages if state.landed_messages else turn.history_messages
+        grown = tokens - state.landed_tokens if state.landed_messages else tokens - turn.system_tokens
+        calls = max(since, 0) / MESSAGES_PER_CALL
+        return (prior * PRIOR_CALLS + max(grown, 0)) / (PRIOR_CALLS + calls)
 
     @hookimpl(trylast=True)
     def determine_tier(self, ratio: float, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier:
@@ -155,8 +157,6 @@ class CostPolicy:
         # The view a turn starts with; after a compaction in the same turn the loop guard asks
         # again with a smaller one, and only the thresholds decide that.
         first_look = tokens >= turn.view_tokens
-        if first_look:
-            self._observe(turn.session_id, tokens)
         if ratio >= c.emergency:
             return CompactionTier.EMERGENCY
         if ratio >= c.full:

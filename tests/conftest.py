@@ -17,8 +17,9 @@ pytest.register_assert_rewrite("progressive_compactor.testing")
 from progressive_compactor import CompactorConfig, ProgressiveCompactor  # noqa: E402
 from progressive_compactor.testing import RecordingSummarizer, make_config  # noqa: E402
 
-pytest_plugins = ["progressive_compactor.testing", "hook_recorder"]
-"""``hook_recorder`` notes every hook the core calls during the run, for ``test_meta.py``."""
+pytest_plugins = ["progressive_compactor.testing", "hook_recorder", "servers"]
+"""``hook_recorder`` notes every hook the core calls during the run, for ``test_meta.py``;
+``servers`` starts PostgreSQL and Redis for the tests of the database stores."""
 
 CORPUS_ENV = "COMPACTOR_CORPUS"
 CLASSIC = "classic"

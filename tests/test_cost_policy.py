@@ -11,7 +11,7 @@ from progressive_compactor import CompactionTier, SessionState, SummaryRequest, 
 from progressive_compactor.http.prompt import build_prompt
 from progressive_compactor.models import Facts, Message
 from progressive_compactor.plugin_manager import PluginContext
-from progressive_compactor.plugins.policy_cost import CostPolicy
+from progressive_compactor.plugins.policy_cost import MESSAGES_PER_CALL, PRIOR_CALLS, SETTLE_CALLS, CostPolicy
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
 from progressive_compactor.plugins.tier_soft import SoftTier
 from progressive_compactor.pricing import PriceTable
@@ -21,6 +21,11 @@ from progressive_compactor.validation import load_config
 
 def turn(tokens: int, messages: int = 40, session: str = "s", state: SessionState | None = None) -> TurnContext:
     return TurnContext(session, 128_000, tokens, messages, messages, state or SessionState())
+
+
+def landed(tokens: int, messages: int) -> SessionState:
+    """A session whose last compaction left a view of ``tokens`` at ``messages`` messages."""
+    return SessionState(landed_tokens=tokens, landed_messages=messages)
 
 
 def policy(**prices) -> CostPolicy:
@@ -33,22 +38,28 @@ def test_the_trigger_is_the_landing_plus_the_cheapest_interval():
     cycle = cost.cycle(20_000, turn(20_000))
     p = PriceTable()
     c = CostPolicy.Config()
+    growth = (c.growth_tokens * PRIOR_CALLS + 20_000) / (PRIOR_CALLS + 40 / MESSAGES_PER_CALL)
     tail = 20_000 / 40 * 6
     landing = c.summary_tokens + tail + c.keep_share * 20_000
     one_off = c.summary_tokens * p.summarizer_output + c.request_tokens * p.summarizer_input
     one_off += landing * (p.input - p.cached_input)
+    assert cycle.growth == pytest.approx(growth)
     assert cycle.landing == pytest.approx(landing)
-    assert cycle.interval == pytest.approx(math.sqrt(2 * c.growth_tokens * one_off / p.cached_input))
+    assert cycle.interval == pytest.approx(math.sqrt(2 * growth * one_off / p.cached_input))
     assert cycle.trigger == pytest.approx(landing + cycle.interval)
     assert 6_000 < cycle.trigger < 20_000  # far below 70 % of a 128k window
 
 
 def test_a_large_window_compacts_when_it_pays_and_not_before():
-    cost = policy()
-    trigger = cost.cycle(12_000, turn(12_000)).trigger
-    low, high = int(trigger * 0.8), int(trigger * 1.2)
-    assert cost.determine_tier(low / 128_000, low, 128_000, turn(low, session="a")) is CompactionTier.NONE
-    assert cost.determine_tier(high / 128_000, high, 128_000, turn(high, session="b")) is CompactionTier.SOFT
+    cost, state = policy(), landed(3_000, 40)
+    tokens, messages, tiers = 3_000, 40, []
+    while not tiers or tiers[-1] is CompactionTier.NONE:  # 600 tokens and 2 messages a call
+        tokens, messages = tokens + 600, messages + 2
+        tiers.append(cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens, messages, state=state)))
+    assert tiers[-1] is CompactionTier.SOFT and len(tiers) > 5
+    assert tokens >= cost.cycle(tokens, turn(tokens, messages, state=state)).trigger
+    assert tokens - 600 < cost.cycle(tokens - 600, turn(tokens - 600, messages - 2, state=state)).trigger
+    assert tokens < 0.3 * 128_000  # far below the Soft threshold
 
 
 def test_without_a_prompt_cache_compacting_pays_sooner_and_dearer_prices_change_the_point():
@@ -59,14 +70,12 @@ def test_without_a_prompt_cache_compacting_pays_sooner_and_dearer_prices_change_
 
 
 def test_the_growth_of_a_session_moves_its_trigger():
-    cost = policy()
-    for tokens in range(2_000, 8_000, 100):  # a slow session: 100 tokens a turn
-        cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens, session="slow"))
-    for tokens in range(2_000, 8_000, 2_000):  # a fast one: 2,000 a turn
-        cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens, session="fast"))
-    slow = cost.cycle(8_000, turn(8_000, session="slow"))
-    fast = cost.cycle(8_000, turn(8_000, session="fast"))
-    assert slow.growth < 300 < fast.growth and slow.trigger < fast.trigger
+    cost, state = policy(), landed(4_000, 40)
+    slow = cost.cycle(5_000, turn(5_000, 60, state=state))  # 100 tokens a call since the landing
+    fast = cost.cycle(24_000, turn(24_000, 60, state=state))  # 2,000 a call
+    assert slow.growth < 300 < 1_000 < fast.growth and slow.trigger < fast.trigger
+    # the same turn on another worker (a fresh plugin) decides the same: nothing is in memory
+    assert policy().cycle(24_000, turn(24_000, 60, state=state)) == fast
 
 
 @pytest.mark.parametrize(
@@ -175,16 +184,15 @@ def test_after_a_compaction_the_next_waits_for_growth_past_where_it_landed():
     """A compaction that cannot get below the trigger (a large protected tail) must not repeat on
     every turn: the trigger counts from where the last compaction really landed."""
     cost = policy()
-    before = 30_000
-    assert cost.determine_tier(before / 128_000, before, 128_000, turn(before)) is CompactionTier.SOFT
-    landed = 25_000  # the next turn starts here: the tail alone is this large
-    assert cost.determine_tier(landed / 128_000, landed, 128_000, turn(landed)) is CompactionTier.NONE
-    cycle = cost.cycle(landed, turn(landed))
-    assert cycle.landing == landed and cycle.trigger == pytest.approx(landed + cycle.interval)
-    tokens, turns = landed, 0
-    while cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens)) is CompactionTier.NONE:
-        tokens, turns = tokens + 600, turns + 1
-    assert 5 < turns < 40 and tokens > landed + cycle.interval * 0.9
+    state = landed(25_000, 40)  # the tail alone is this large
+    tokens, messages, calls = 25_000, 40, 0
+    cycle = cost.cycle(tokens, turn(tokens, messages, state=state))
+    assert cycle.landing < 25_000 and cycle.trigger == pytest.approx(25_000 + SETTLE_CALLS * cycle.growth)
+    while cost.determine_tier(tokens / 128_000, tokens, 128_000, turn(tokens, messages, state=state)) is (
+        CompactionTier.NONE
+    ):
+        tokens, messages, calls = tokens + 600, messages + 2, calls + 1
+    assert SETTLE_CALLS <= calls < 40
 
 
 def test_after_an_emergency_the_same_history_is_not_summarized(tmp_path):
@@ -210,3 +218,15 @@ def test_after_an_emergency_the_same_history_is_not_summarized(tmp_path):
     compactor.close()
     assert first.tier is CompactionTier.EMERGENCY and first.summarizer_calls == 0
     assert second.tokens_before < first.tokens_before and second.summarizer_calls == 0
+
+
+def test_a_summarizing_compaction_saves_where_it_landed(tmp_path):
+    from progressive_compactor.testing import make_compactor
+
+    history = build_history([3000] * 14)
+    compactor = make_compactor(tmp_path, "classic", context_window=14_000)
+    _, record = compactor.compact_with_record(history)
+    state = compactor.state("test-session")
+    compactor.close()
+    assert record.tier >= CompactionTier.SOFT
+    assert (state.landed_tokens, state.landed_messages) == (record.tokens_after, len(history))

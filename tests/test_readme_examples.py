@@ -68,5 +68,6 @@ def test_the_agent_loop_example_compacts_routes_read_tool_result_and_prints_noti
 
 def test_the_readme_lists_every_built_in_plugin() -> None:
     section = _section("### Built-in plugins")
-    listed = re.findall(r"^\| `([a-z-]+)` \|", section, re.M)
+    rows = re.findall(r"^\| (`[a-z-]+`(?:, `[a-z-]+`)*) \|", section, re.M)
+    listed = [name for row in rows for name in re.findall(r"`([a-z-]+)`", row)]
     assert sorted(listed) == sorted(BUILTIN_PLUGINS)

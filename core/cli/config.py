@@ -52,8 +52,6 @@ def config_check(file: str, as_json: bool) -> None:
 SECRET_KEY = re.compile(r"(?i)^(?:.*[_-])?(?:api[_-]?key|key|secret|password|passwd|token|credentials?|authorization)$")
 """Setting names whose values ``config show`` masks. ``api_key_env`` is not one: such settings
 hold the *name* of an environment variable, never its value."""
-URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
-"""The password of a connection string (``postgresql://user:secret@host/db``)."""
 
 
 def masked(data: Any, key: str = "") -> Any:
@@ -64,8 +62,10 @@ def masked(data: Any, key: str = "") -> Any:
         return [masked(v, key) for v in data]
     if isinstance(data, str) and data and SECRET_KEY.match(key):
         return "***"
-    if isinstance(data, str):
-        return URL_PASSWORD.sub(r"\1***@", data)
+    if isinstance(data, str):  # postgresql://user:***@host/db, host=db password=***
+        from ..redaction import mask_passwords
+
+        return mask_passwords(data)
     return data
 
 

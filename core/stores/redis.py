@@ -1,0 +1,324 @@
+"""Redis: session state, records and offloaded results on a server every worker reaches
+(redis-py: ``pip install 'progressive-compactor[redis]'``).
+
+Every operation that reads and writes is one Lua script, atomic on the server and one round trip:
+a turn that changes nothing costs one ``EVALSHA`` (the state's version and stamp, its data only
+when it changed since this process last read it). A save is compare-and-set on the version; a
+record is appended once (its id is kept in a set beside the list); an offloaded result's handle
+is taken by the first text written under it. Each script is safe to run twice, so a command whose
+connection was lost (a restart, a dropped connection) is run again once on a new connection. With
+``ttl`` set, a session's keys expire that many seconds after its last turn (a load refreshes the
+state's TTL, so an active session never loses it).
+
+Keys, under ``prefix`` (default ``compactor:``; session ids and handles as they are)::
+
+    state:{session}        hash  v (version), s (stamp), d (the state's JSON), u (updated)
+    records:{session}      list  one record's JSON per entry, oldest first
+    record-ids:{session}   set   the ids of those records
+    offload:{handle}       hash  sha (of the text), data, session, call
+    offloads:{session}     set   the session's handles
+    sessions:{kind}        zset  session -> when last written (kind: state, records, offloads)
+
+The layout's version is kept under ``schema`` (:data:`SCHEMA_VERSION`); a server holding a newer
+one is refused. Scripts touch keys of several sessions' sets, so use a single Redis server (or a
+primary with replicas, or Sentinel), not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import attrs
+
+from ..converters import setting_check
+from ..errors import StorageError
+from ..redaction import mask_passwords
+from .common import INHERITED, connection_string, fail, require_module
+
+if TYPE_CHECKING:
+    from ..plugin_manager import PluginContext
+
+T = TypeVar("T")
+SCHEMA_VERSION = 1
+UNREACHABLE_PAUSE = 3.0
+"""Seconds (at most ``timeout``) every call fails at once after the server could not be reached."""
+_UNREACHABLE: dict[str, tuple[float, str]] = {}
+"""Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
+KEYS = {"state": "state:", "records": "records:", "offloads": "offloads:"}
+
+LOAD_STATE = """
+local r = redis.call('HMGET', KEYS[1], 'v', 's')
+if not r[1] then return false end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+if r[2] == ARGV[1] then return {r[1], r[2]} end
+return {r[1], r[2], redis.call('HGET', KEYS[1], 'd')}
+"""
+SAVE_STATE = """
+local r = redis.call('HMGET', KEYS[1], 'v', 's')
+local stored = tonumber(r[1] or '0')
+local version = tonumber(ARGV[1])
+if stored == version and r[2] == ARGV[2] then return 1 end
+if stored ~= version - 1 then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2], 'd', ARGV[3], 'u', ARGV[4])
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
+return 1
+"""
+ADD_RECORD = """
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[1], ARGV[2])
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl); redis.call('PEXPIRE', KEYS[2], ttl) end
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[5])
+return 1
+"""
+OFFLOAD = """
+for i = 1, 2 do
+  local held = redis.call('HGET', KEYS[i], 'sha')
+  if not held then
+    redis.call('HSET', KEYS[i], 'sha', ARGV[1], 'data', ARGV[2], 'session', ARGV[3], 'call', ARGV[4])
+  end
+  if (not held) or held == ARGV[1] then
+    redis.call('SADD', KEYS[3], ARGV[6 + i])
+    redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
+    local ttl = tonumber(ARGV[6])
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl); redis.call('PEXPIRE', KEYS[3], ttl) end
+    return i
+  end
+end
+return 0
+"""
+
+
+@attrs.frozen
+class RedisSettings:
+    """The server, the key prefix, how long a session's keys live, and the time an operation may take."""
+
+    url: str | None = None
+    """``redis://[:password@]host:6379/0`` (``rediss://`` for TLS); default: the environment
+    variable ``url_env`` names. Its password is masked everywhere."""
+    url_env: str = "COMPACTOR_REDIS_URL"
+    prefix: str = "compactor:"
+    """Put before every key, so that several applications (or test runs) share one server."""
+    ttl: float = attrs.field(
+        default=0.0, validator=setting_check(lambda v: v >= 0, "ttl must be 0 or more seconds, got {value}")
+    )
+    """Seconds a session's keys live after its last write (state: after its last turn); 0: until deleted."""
+    timeout: float = attrs.field(
+        default=10.0, validator=setting_check(lambda v: v > 0, "timeout must be more than 0 seconds, got {value}")
+    )
+    """Seconds to connect and to wait for any one reply."""
+
+
+class RedisDatabase:
+    """A client (its own connection pool) per process, opened on first use and again after a fork."""
+
+    def __init__(self, settings: RedisSettings, context: PluginContext, plugin: str):
+        require_module("redis", "redis", plugin)
+        self.url = connection_string(settings.url, settings.url_env, "Redis", plugin, "url", context.secrets)
+        self.settings = settings
+        self.secrets = context.secrets
+        self.safe_url = mask_passwords(self.url)
+        self.server_key = self.url
+        self.prefix = settings.prefix.encode("utf-8", "surrogatepass")
+        self.ttl_ms = round(settings.ttl * 1000)
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def where(self, kind: str) -> str:
+        return f"{self.safe_url} {self.settings.prefix}{KEYS[kind]}*"
+
+    def _key(self, *parts: str) -> bytes:
+        return self.prefix + "".join(parts).encode("utf-8", "surrogatepass")
+
+    # --- the client --------------------------------------------------------------------------
+
+    def _ready(self) -> Any:
+        with self._lock:
+            if self._client is not None and self._pid == os.getpid():
+                return self._client
+            if self._client is not None:  # inherited through fork: never used, nor closed, here
+                INHERITED.append(self._client)
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            timeout = self.settings.timeout
+            pool = redis.ConnectionPool.from_url(  # retries are ours: once, on a new connection
+                self.url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+            )
+            client = redis.Redis(connection_pool=pool)
+            scripts = {
+                name: client.register_script(source)
+                for name, source in (
+                    ("load_state", LOAD_STATE),
+                    ("save_state", SAVE_STATE),
+                    ("add_record", ADD_RECORD),
+                    ("offload", OFFLOAD),
+                )
+            }
+            self._check_schema(client)
+            self._client, self._scripts, self._pid = client, scripts, os.getpid()
+            return client
+
+    def _check_schema(self, client: Any) -> None:
+        import redis
+
+        key = self._key("schema")
+        try:
+            client.set(key, SCHEMA_VERSION, nx=True)
+            version = int(client.get(key) or 0)
+        except redis.RedisError:
+            client.close()
+            raise
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"Redis {self.safe_url} keys under {self.settings.prefix!r} have layout version {version}, newer than"
+                f" this release knows ({SCHEMA_VERSION}): upgrade progressive-compactor"
+            )
+
+    def _run(self, work: Callable[[Any], T]) -> T:
+        """``work(client)``; once more on a new connection when the connection was lost. A
+        server that cannot be reached (or does not answer in time) fails every call at once for a
+        few seconds (:data:`UNREACHABLE_PAUSE`), so a turn waits for it once, not once per write."""
+        import redis
+
+        where = f"Redis {self.safe_url}"
+        down = _UNREACHABLE.get(self.server_key)
+        if down is not None and time.monotonic() < down[0]:
+            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
+        try:
+            client = self._ready()
+        except redis.RedisError as exc:
+            self._unreachable(exc)
+            fail(where, exc, self.secrets)
+        for attempt in (1, 2):
+            try:
+                return work(client)
+            except redis.ConnectionError as exc:
+                if attempt == 1:
+                    client.connection_pool.disconnect(inuse_connections=False)
+                    continue
+                self._unreachable(exc)
+                fail(where, exc, self.secrets)
+            except redis.TimeoutError as exc:
+                self._unreachable(exc)
+                fail(where, exc, self.secrets)
+            except redis.RedisError as exc:
+                fail(where, exc, self.secrets)
+        raise AssertionError("unreachable")
+
+    def _unreachable(self, exc: BaseException) -> None:
+        text = self.secrets.redact(mask_passwords(" ".join(f"{type(exc).__name__}: {exc}".split())))
+        _UNREACHABLE[self.server_key] = (time.monotonic() + min(self.settings.timeout, UNREACHABLE_PAUSE), text)
+
+    def _script(self, name: str, keys: list[bytes], args: list[Any]) -> Any:
+        return self._run(lambda client: self._scripts[name](keys=keys, args=args, client=client))
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None and self._pid == os.getpid():
+            client.close()
+            client.connection_pool.disconnect()
+
+    # --- state -------------------------------------------------------------------------------
+
+    def load_state(self, session_id: str, stamp: str | None) -> tuple[int, str, bytes | None] | None:
+        found = self._script("load_state", [self._key("state:", session_id)], [stamp or "", self.ttl_ms])
+        if not found:
+            return None
+        return int(found[0]), found[1].decode(), found[2] if len(found) > 2 else None
+
+    def save_state(self, session_id: str, version: int, stamp: str, data: bytes) -> bool:
+        keys = [self._key("state:", session_id), self._key("sessions:state")]
+        args = [version, stamp, data, repr(time.time()), self.ttl_ms, session_id.encode("utf-8", "surrogatepass")]
+        return bool(self._script("save_state", keys, args))
+
+    # --- records -----------------------------------------------------------------------------
+
+    def add_record(self, record_id: str, session_id: str, text: str) -> bool:
+        keys = [self._key("records:", session_id), self._key("record-ids:", session_id), self._key("sessions:records")]
+        args = [
+            record_id,
+            text.encode("utf-8"),
+            repr(time.time()),
+            self.ttl_ms,
+            session_id.encode("utf-8", "surrogatepass"),
+        ]
+        return bool(self._script("add_record", keys, args))
+
+    def read_records(self, session_id: str) -> list[str]:
+        found = self._run(lambda c: c.lrange(self._key("records:", session_id), 0, -1))
+        return [item.decode("utf-8") for item in found]
+
+    # --- offloaded results -------------------------------------------------------------------
+
+    def offload(
+        self, session_id: str, tool_call_id: str, handles: tuple[str, ...], sha: str, data: bytes, chars: int
+    ) -> str | None:
+        """The handle that holds ``data``: the first of ``handles`` that is free (now taken) or
+        already holds this very text; None when each holds another text."""
+        first, second = handles
+        keys = [
+            self._key("offload:", first),
+            self._key("offload:", second),
+            self._key("offloads:", session_id),
+            self._key("sessions:offloads"),
+        ]
+        sid = session_id.encode("utf-8", "surrogatepass")
+        call = tool_call_id.encode("utf-8", "surrogatepass")
+        args = [sha, data, sid, call, repr(time.time()), self.ttl_ms, first, second]
+        taken = int(self._script("offload", keys, args))
+        return handles[taken - 1] if taken else None
+
+    def read_offloaded(self, handle: str) -> bytes | None:
+        found = self._run(lambda c: c.hget(self._key("offload:", handle), "data"))
+        return None if found is None else bytes(found)
+
+    # --- sessions ----------------------------------------------------------------------------
+
+    def sessions(self, kind: str) -> list[tuple[str, float]]:
+        index = self._key("sessions:", kind)
+
+        def listed(client: Any) -> list[tuple[str, float]]:
+            members = client.zrange(index, 0, -1, withscores=True)
+            if not members:
+                return []
+            pipe = client.pipeline(transaction=False)
+            for member, _ in members:
+                pipe.exists(self.prefix + KEYS[kind].encode() + member)
+            alive = pipe.execute()
+            gone = [member for (member, _), exists in zip(members, alive, strict=True) if not exists]
+            if gone:  # expired (ttl): forget them
+                client.zrem(index, *gone)
+            return [
+                (member.decode("utf-8", "surrogatepass"), float(score))
+                for (member, score), exists in zip(members, alive, strict=True)
+                if exists
+            ]
+
+        return self._run(listed)
+
+    def delete(self, kind: str, session_id: str) -> None:
+        sid = session_id.encode("utf-8", "surrogatepass")
+
+        def delete(client: Any) -> None:
+            keys = [self._key(KEYS[kind], session_id)]
+            if kind == "records":
+                keys.append(self._key("record-ids:", session_id))
+            elif kind == "offloads":
+                keys += [self.prefix + b"offload:" + h for h in client.smembers(self._key("offloads:", session_id))]
+            pipe = client.pipeline(transaction=True)
+            pipe.delete(*keys)
+            pipe.zrem(self._key("sessions:", kind), sid)
+            pipe.execute()
+
+        self._run(delete)

@@ -1,0 +1,304 @@
+"""``state-postgres``, ``store-postgres``, ``offload-postgres`` on a real PostgreSQL server.
+
+The contract every backend keeps (``store_contract.py``), then the faults: the server restarts
+between turns (cleanly and as a crash), is down for a turn, drops connections (a proxy on
+127.0.0.1 that closes them, sometimes after the server did the work and before the answer), is
+slow (every answer held back), and holds a lock longer than the statement timeout. Each turn
+completes with its state saved, or fails open; the password never shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg
+import pytest
+
+from progressive_compactor import CompactionTier, ProgressiveCompactor
+from progressive_compactor.errors import ConfigError
+from progressive_compactor.stores import postgres as pg_backend
+from progressive_compactor.testing import build_history, problems, window_for
+from servers import TcpProxy
+from store_contract import Backend, StoreContract, sha, warn_history
+
+
+@pytest.fixture
+def backend(postgres_server, postgres_dsn, unique_name, tmp_path):
+    block = {"dsn": postgres_dsn, "schema": unique_name}
+    found = Backend("postgres", block, tmp_path, postgres_server, postgres_server.password)
+    yield found
+    found.close()
+
+
+class TestPostgresContract(StoreContract):
+    pass
+
+
+@pytest.fixture
+def proxy(postgres_server):
+    found = TcpProxy(postgres_server.port)
+    yield found
+    found.close()
+
+
+def run_turns(worker, reference, history, session="s", before_turn=None):
+    """Every second prefix of ``history`` on ``worker`` and on ``reference`` (one process, state in
+    memory); returns the workers' (view, record) pairs and whether each view matched."""
+    out = []
+    for n, upto in enumerate(range(4, len(history) + 1, 2)):
+        if before_turn is not None:
+            before_turn(n)
+        expected, expected_record = reference.compact_with_record(history[:upto], session)
+        view, record = worker.compact_with_record(history[:upto], session)
+        out.append((view, record, view == expected, record.errors == expected_record.errors))
+    return out
+
+
+def connect_all(worker):
+    """Open each plugin's pool and check its schema, as the first turns of a worker do."""
+    for name in ("state-postgres", "store-postgres", "offload-postgres"):
+        worker.pm.get_plugin(name).db.read_records("warm-up")
+
+
+def alone(tmp_path, window):
+    return ProgressiveCompactor("classic", context_window=window, data_dir=str(tmp_path / "alone"))
+
+
+def test_the_schema_is_versioned_in_its_own_namespace(backend):
+    backend.compactor().state("s")
+    with psycopg.connect(backend.block["dsn"], autocommit=True) as conn:
+        rows = conn.execute(f'SELECT component, version FROM "{backend.block["schema"]}".compactor_schema').fetchall()
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (backend.block["schema"],)
+            )
+        }
+    assert rows == [("progressive-compactor", pg_backend.SCHEMA_VERSION)]
+    assert tables == {
+        "compactor_schema",
+        "compactor_state",
+        "compactor_records",
+        "compactor_texts",
+        "compactor_offloads",
+    }
+
+
+def test_workers_that_start_together_migrate_the_schema_once(backend, monkeypatch):
+    backend.compactor().state("s")  # version 1
+    step = ("ALTER TABLE {s}.compactor_records ADD COLUMN note text",)
+    monkeypatch.setattr(pg_backend, "MIGRATIONS", (*pg_backend.MIGRATIONS, step))
+    monkeypatch.setattr(pg_backend, "SCHEMA_VERSION", 2)
+    history = build_history([3000] * 6)
+    workers = [backend.compactor(context_window=window_for(history, 0.85)) for _ in range(4)]
+    gate = threading.Barrier(4)
+    records = []
+
+    def turn(worker, n):
+        gate.wait()
+        records.append(worker.compact_with_record(history, f"s{n}")[1])
+
+    threads = [threading.Thread(target=turn, args=(w, n)) for n, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.errors for r in records] == [()] * 4
+    with psycopg.connect(backend.block["dsn"], autocommit=True) as conn:
+        schema = backend.block["schema"]
+        assert conn.execute(f'SELECT version FROM "{schema}".compactor_schema').fetchone() == (2,)
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'compactor_records'",
+            (schema,),
+        ).fetchall()
+        assert [c for (c,) in columns].count("note") == 1
+
+
+def test_the_connection_string_comes_from_the_environment_and_its_password_never_shows(
+    postgres_server, unique_name, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("FLEET_DSN", postgres_server.dsn)
+    history = warn_history()
+    blocks = {"dsn_env": "FLEET_DSN", "schema": unique_name}
+    compactor = ProgressiveCompactor(
+        "classic",
+        context_window=window_for(history, 0.65),
+        data_dir=str(tmp_path),
+        plugins={"state": "state-postgres", "offload": "offload-postgres", "stores": ["store-postgres"]},
+        config={"state-postgres": blocks, "offload-postgres": blocks, "store-postgres": blocks},
+    )
+    view, record = compactor.compact_with_record(history, "env")
+    assert record.errors == () and record.offloaded
+    assert compactor.secrets.redact(f"x{postgres_server.password}x") == "x[REDACTED]x"
+    for info in compactor.sessions():
+        assert ":***@" in info.where and postgres_server.password not in info.where
+    compactor.close()
+    monkeypatch.delenv("FLEET_DSN")
+    with pytest.raises(ConfigError, match="no PostgreSQL connection string: set dsn .* FLEET_DSN"):
+        ProgressiveCompactor("classic", plugins={"state": "state-postgres"}, config={"state-postgres": blocks})
+
+
+def test_a_wrong_password_fails_open_and_is_never_written(postgres_server, unique_name, tmp_path, caplog, request):
+    wrong = postgres_server.dsn.replace(postgres_server.password, "not-the-password-4c1d")
+    history = warn_history()
+    backend = Backend("postgres", {"dsn": wrong, "schema": unique_name, "timeout": 2}, tmp_path)
+    request.addfinalizer(backend.close)
+    compactor = backend.compactor(context_window=window_for(history, 0.85))
+    with caplog.at_level(logging.WARNING):
+        view, record = compactor.compact_with_record(history, "s")
+    assert problems(view) == [] and record.tier is CompactionTier.FULL
+    assert any("loading session state failed" in e and "password authentication failed" in e for e in record.errors)
+    text = "\n".join(record.errors) + caplog.text
+    assert "not-the-password-4c1d" not in text and ":***@127.0.0.1" in text
+
+
+def test_a_restart_between_turns_goes_unnoticed(backend, postgres_server, tmp_path):
+    history = warn_history(16, 5000)
+    window = window_for(history, 0.8)
+    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
+
+    def restart(n):
+        if n == 2:
+            postgres_server.restart()  # a clean restart: connections closed by the server
+        elif n == 5:
+            postgres_server.restart(immediate=True)  # a crash: nothing said to the clients
+
+    turns = run_turns(worker, reference, history, before_turn=restart)
+    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
+    ours, theirs = worker.state("s"), reference.state("s")
+    assert (ours.summary, ours.anchors, ours.covered, ours.version) == (
+        theirs.summary,
+        theirs.anchors,
+        theirs.covered,
+        theirs.version,
+    )
+    assert sorted(r.id for r in worker.records("s")) == sorted(t[1].id for t in turns)
+
+
+def test_a_server_that_is_down_fails_open_and_the_next_turn_recovers(backend, postgres_server, tmp_path, caplog):
+    history = warn_history(14, 5000)
+    window = window_for(history, 0.8)
+    worker = backend.compactor(context_window=window, config=backend.config(timeout=1))
+    worker.compact_with_record(history[:8], "s")
+    saved = worker.state("s")
+    postgres_server.stop()
+    try:
+        with caplog.at_level(logging.WARNING):
+            view, record = worker.compact_with_record(history, "s")
+    finally:
+        postgres_server.start()
+    assert problems(view) == []
+    assert any(e.startswith("loading session state failed") for e in record.errors)
+    # waited for once: the writes after it failed at once
+    assert any("unreachable, not tried again" in e for e in record.errors), record.errors
+    assert postgres_server.password not in "\n".join(record.errors) + caplog.text
+    assert "store-postgres failed" in caplog.text  # the record could not be stored: said, not hidden
+    time.sleep(1.0)  # the pause after an unreachable server (at most the 1 s timeout) is over
+    assert worker.state("s") == saved  # nothing half-written
+    view, record = worker.compact_with_record(history, "s")
+    assert [e for e in record.errors if "failed" in e and "emergency" not in e] == []
+    assert worker.state("s").version == saved.version + 1
+    assert record.id in [r.id for r in worker.records("s")]
+
+
+def test_dropped_connections_lose_nothing_and_store_nothing_twice(backend, postgres_server, proxy, tmp_path):
+    history = warn_history(20, 5000)
+    window = window_for(history, 0.8)
+    backend.block["dsn"] = postgres_server.dsn_via(proxy.port)
+    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
+    connect_all(worker)
+    proxy.lose_every = 3  # every third answer never arrives: the server did the work
+
+    def drop(n):
+        if n % 3 == 1:
+            proxy.drop()  # and every connection is closed now and then
+
+    turns = run_turns(worker, reference, history, before_turn=drop)
+    proxy.lose_every = 0
+    assert proxy.lost >= 3
+    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
+    stored = [r.id for r in worker.records("s")]
+    assert sorted(stored) == sorted(t[1].id for t in turns)  # every record once
+    offloaded = [entry for _, record, _, _ in turns for entry in record.offloaded]
+    assert offloaded
+    for entry in offloaded:
+        assert sha(worker.read_tool_result(entry.handle)) == entry.sha256
+
+
+def test_a_slow_server_slows_turns_down_and_changes_nothing(backend, postgres_server, proxy, tmp_path):
+    history = warn_history(12, 5000)
+    window = window_for(history, 0.8)
+    backend.block["dsn"] = postgres_server.dsn_via(proxy.port)
+    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
+    proxy.delay = 0.02  # every answer 20 ms late
+    turns = run_turns(worker, reference, history)
+    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
+    assert proxy.round_trips > len(turns)
+
+
+def test_a_statement_past_the_timeout_fails_open_and_the_next_turn_recovers(backend, tmp_path):
+    history = warn_history()
+    window = window_for(history, 0.85)
+    worker = backend.compactor(context_window=window, config=backend.config(timeout=0.5))
+    assert worker.state("s").version == 0  # the tables exist
+    schema = backend.block["schema"]
+    with psycopg.connect(backend.block["dsn"]) as blocker:  # writes wait for it; reads do not
+        blocker.execute(f'LOCK TABLE "{schema}".compactor_state IN EXCLUSIVE MODE')
+        view, record = worker.compact_with_record(history, "s")
+        blocker.rollback()
+    assert problems(view) == [] and record.tier is CompactionTier.FULL
+    assert any("saving session state failed" in e and "statement timeout" in e for e in record.errors), record.errors
+    assert worker.state("s").version == 0
+    view_again, again = worker.compact_with_record(history, "s")
+    assert again.errors == () and worker.state("s").version == 1
+    assert view_again == view == alone(tmp_path, window).compact(history, "s")
+
+
+def test_a_turn_that_changes_nothing_costs_one_round_trip(backend, postgres_server, proxy):
+    history = warn_history()
+    backend.block["dsn"] = postgres_server.dsn_via(proxy.port)
+    worker = backend.compactor(context_window=window_for(history, 0.65), config=backend.config(record_none=False))
+    worker.compact_with_record(history, "s")  # Warn: offloads and saves
+    more = [*history, {"role": "user", "content": "and now?"}]
+    for n in range(5):
+        before = proxy.round_trips
+        view, record = worker.compact_with_record([*more, {"role": "user", "content": f"turn {n}"}], "s")
+        assert record.tier is CompactionTier.NONE
+        assert proxy.round_trips - before == 1
+
+
+def test_the_bundled_fleet_config_runs(postgres_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPACTOR_POSTGRES_DSN", postgres_server.dsn)
+    history = warn_history()
+    compactor = ProgressiveCompactor("fleet-postgres", context_window=window_for(history, 0.65), data_dir=str(tmp_path))
+    sid = f"bundled-{tmp_path.name}"
+    view, record = compactor.compact_with_record(history, sid)
+    assert record.offloaded and record.errors == ()
+    assert compactor.state(sid).version == 1 and [r.id for r in compactor.records(sid)] == [record.id]
+    assert compactor.delete_session(sid) == []
+    assert sid not in {i.session_id for i in compactor.sessions()}
+    compactor.close()
+
+
+def test_a_large_text_is_stored_once_however_many_handles_name_it(backend):
+    from progressive_compactor.models import Message
+
+    plugin = backend.compactor().pm.get_plugin("offload-postgres")
+    text = "a large result\n" * 20_000
+    handles = {
+        plugin.offload(Message(role="tool", content=text, tool_call_id=c), s, 100).handle
+        for c in ("c1", "c2")
+        for s in ("s1", "s2")
+    }
+    assert handles == {"s1/c1", "s1/c2", "s2/c1", "s2/c2"}
+    schema = backend.block["schema"]
+    with psycopg.connect(backend.block["dsn"], autocommit=True) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".compactor_texts').fetchone() == (1,)
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".compactor_offloads').fetchone() == (4,)
+    plugin.on_delete_session("s1")
+    assert plugin.read_offloaded("s2/c1") == text
+    plugin.on_delete_session("s2")
+    with psycopg.connect(backend.block["dsn"], autocommit=True) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".compactor_texts').fetchone() == (0,)

@@ -1,0 +1,253 @@
+"""``state-redis``, ``store-redis``, ``offload-redis`` on a real Redis server.
+
+The contract every backend keeps (``store_contract.py``), the TTL, then the faults: the server
+restarts between turns (cleanly and killed), is down for a turn, drops connections (a proxy on
+127.0.0.1 that closes them, sometimes after the server did the work and before the answer), is
+slow (every answer held back), and stops answering (``DEBUG SLEEP``) for longer than the
+timeout. Each turn completes with its state saved, or fails open; the password never shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from progressive_compactor import CompactionTier, ProgressiveCompactor
+from progressive_compactor.errors import ConfigError
+from progressive_compactor.models import SessionState
+from progressive_compactor.testing import problems, window_for
+from servers import TcpProxy
+from store_contract import Backend, StoreContract, sha, warn_history
+
+
+@pytest.fixture
+def backend(redis_server, redis_url, unique_name, tmp_path):
+    block = {"url": redis_url, "prefix": f"{unique_name}:"}
+    found = Backend("redis", block, tmp_path, redis_server, redis_server.password)
+    yield found
+    found.close()
+
+
+class TestRedisContract(StoreContract):
+    pass
+
+
+@pytest.fixture
+def proxy(redis_server):
+    found = TcpProxy(redis_server.port)
+    yield found
+    found.close()
+
+
+def run_turns(worker, reference, history, session="s", before_turn=None):
+    """Every second prefix of ``history`` on ``worker`` and on ``reference`` (one process, state in
+    memory); returns the workers' (view, record) pairs and whether view and errors matched."""
+    out = []
+    for n, upto in enumerate(range(4, len(history) + 1, 2)):
+        if before_turn is not None:
+            before_turn(n)
+        expected, expected_record = reference.compact_with_record(history[:upto], session)
+        view, record = worker.compact_with_record(history[:upto], session)
+        out.append((view, record, view == expected, record.errors == expected_record.errors))
+    return out
+
+
+def connect_all(worker):
+    """Connect each plugin and check the key layout, as the first turns of a worker do."""
+    for name in ("state-redis", "store-redis", "offload-redis"):
+        worker.pm.get_plugin(name).db.read_records("warm-up")
+
+
+def alone(tmp_path, window):
+    return ProgressiveCompactor("classic", context_window=window, data_dir=str(tmp_path / "alone"))
+
+
+def test_keys_expire_after_the_ttl_and_a_load_keeps_the_state_alive(backend):
+    history = warn_history()
+    worker = backend.compactor(context_window=window_for(history, 0.65), config=backend.config(ttl=0.6))
+    view, record = worker.compact_with_record(history, "s")
+    assert record.offloaded and worker.state("s").version == 1
+    state = worker.pm.get_plugin("state-redis")
+    for _ in range(4):  # 1.2 s of turns that only read the state: each load renews its TTL
+        time.sleep(0.3)
+        assert state.load_state("s").version == 1
+    assert worker.records("s") is None  # records and results were not read: they expired
+    with pytest.raises(Exception, match="no offloaded tool result"):
+        worker.read_tool_result(record.offloaded[0].handle)
+    time.sleep(0.8)
+    assert state.load_state("s") is None
+    assert worker.sessions() == []
+
+
+def test_the_connection_string_comes_from_the_environment_and_its_password_never_shows(
+    redis_server, unique_name, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FLEET_URL", redis_server.url)
+    history = warn_history()
+    blocks = {"url_env": "FLEET_URL", "prefix": f"{unique_name}:"}
+    compactor = ProgressiveCompactor(
+        "classic",
+        context_window=window_for(history, 0.65),
+        data_dir=str(tmp_path),
+        plugins={"state": "state-redis", "offload": "offload-redis", "stores": ["store-redis"]},
+        config={"state-redis": blocks, "offload-redis": blocks, "store-redis": blocks},
+    )
+    view, record = compactor.compact_with_record(history, "env")
+    assert record.errors == () and record.offloaded
+    assert compactor.secrets.redact(f"x{redis_server.password}x") == "x[REDACTED]x"
+    for info in compactor.sessions():
+        assert ":***@" in info.where and redis_server.password not in info.where
+    compactor.close()
+    monkeypatch.delenv("FLEET_URL")
+    with pytest.raises(ConfigError, match="no Redis connection string: set url .* FLEET_URL"):
+        ProgressiveCompactor("classic", plugins={"state": "state-redis"}, config={"state-redis": blocks})
+
+
+def test_a_wrong_password_fails_open_and_is_never_written(redis_server, unique_name, tmp_path, caplog, request):
+    wrong = redis_server.url.replace(redis_server.password, "not-the-password-4c1d")
+    history = warn_history()
+    backend = Backend("redis", {"url": wrong, "prefix": f"{unique_name}:", "timeout": 2}, tmp_path)
+    request.addfinalizer(backend.close)
+    compactor = backend.compactor(context_window=window_for(history, 0.85))
+    with caplog.at_level(logging.WARNING):
+        view, record = compactor.compact_with_record(history, "s")
+    assert problems(view) == [] and record.tier is CompactionTier.FULL
+    assert any("loading session state failed" in e and "AuthenticationError" in e for e in record.errors), record.errors
+    text = "\n".join(record.errors) + caplog.text
+    assert "not-the-password-4c1d" not in text and ":***@127.0.0.1" in text
+
+
+def test_a_restart_between_turns_goes_unnoticed(backend, redis_server, tmp_path):
+    history = warn_history(16, 5000)
+    window = window_for(history, 0.8)
+    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
+
+    def restart(n):
+        if n == 2:
+            redis_server.restart()  # a clean restart: the append-only file flushed
+        elif n == 5:
+            redis_server.restart(immediate=True)  # killed: appendfsync always kept every write
+
+    turns = run_turns(worker, reference, history, before_turn=restart)
+    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
+    ours, theirs = worker.state("s"), reference.state("s")
+    assert (ours.summary, ours.anchors, ours.covered, ours.version) == (
+        theirs.summary,
+        theirs.anchors,
+        theirs.covered,
+        theirs.version,
+    )
+    assert sorted(r.id for r in worker.records("s")) == sorted(t[1].id for t in turns)
+
+
+def test_a_server_that_is_down_fails_open_and_the_next_turn_recovers(backend, redis_server, tmp_path, caplog):
+    history = warn_history(14, 5000)
+    window = window_for(history, 0.8)
+    worker = backend.compactor(context_window=window, config=backend.config(timeout=1))
+    worker.compact_with_record(history[:8], "s")
+    saved = worker.state("s")
+    redis_server.stop()
+    try:
+        with caplog.at_level(logging.WARNING):
+            view, record = worker.compact_with_record(history, "s")
+    finally:
+        redis_server.start()
+    assert problems(view) == []
+    assert any(e.startswith("loading session state failed") for e in record.errors)
+    assert any("unreachable, not tried again" in e for e in record.errors), record.errors
+    assert redis_server.password not in "\n".join(record.errors) + caplog.text
+    assert "store-redis failed" in caplog.text  # the record could not be stored: said, not hidden
+    time.sleep(1.0)  # the pause after an unreachable server (at most the 1 s timeout) is over
+    assert worker.state("s") == saved  # nothing half-written
+    view, record = worker.compact_with_record(history, "s")
+    assert [e for e in record.errors if "failed" in e and "emergency" not in e] == []
+    assert worker.state("s").version == saved.version + 1
+    assert record.id in [r.id for r in worker.records("s")]
+
+
+def test_dropped_connections_lose_nothing_and_store_nothing_twice(backend, redis_server, proxy, tmp_path):
+    history = warn_history(24, 5000)
+    window = window_for(history, 0.8)
+    backend.block["url"] = redis_server.url_via(proxy.port)
+    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
+    connect_all(worker)
+    proxy.spare, proxy.rest = 4, 6  # a login (AUTH, two CLIENT SETINFO); a retry after a loss
+    proxy.lose_every = 1  # an answer never arrives (the server did the work), then a few do
+
+    def drop(n):
+        if n % 3 == 1:
+            proxy.drop()  # and every connection is closed now and then
+
+    turns = run_turns(worker, reference, history, before_turn=drop)
+    proxy.lose_every = 0
+    assert proxy.lost >= 3
+    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
+    assert sorted(r.id for r in worker.records("s")) == sorted(t[1].id for t in turns)  # every record once
+    offloaded = [entry for _, record, _, _ in turns for entry in record.offloaded]
+    assert offloaded
+    for entry in offloaded:
+        assert sha(worker.read_tool_result(entry.handle)) == entry.sha256
+
+
+def test_a_slow_server_slows_turns_down_and_changes_nothing(backend, redis_server, proxy, tmp_path):
+    history = warn_history(12, 5000)
+    window = window_for(history, 0.8)
+    backend.block["url"] = redis_server.url_via(proxy.port)
+    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
+    proxy.delay = 0.02  # every answer 20 ms late
+    turns = run_turns(worker, reference, history)
+    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
+    assert proxy.round_trips > len(turns)
+
+
+def test_a_server_that_stops_answering_fails_open_and_the_next_turn_recovers(backend, redis_server, tmp_path):
+    history = warn_history()
+    window = window_for(history, 0.85)
+    worker = backend.compactor(context_window=window, config=backend.config(timeout=0.3))
+    connect_all(worker)
+    busy = redis_server.client()
+    sleeper = threading.Thread(target=busy.execute_command, args=("DEBUG", "SLEEP", "1.5"))
+    sleeper.start()  # the server answers nobody for 1.5 s
+    time.sleep(0.1)
+    view, record = worker.compact_with_record(history, "s")
+    sleeper.join()
+    busy.close()
+    assert problems(view) == [] and record.tier is CompactionTier.FULL
+    assert any("loading session state failed" in e and "Timeout" in e for e in record.errors), record.errors
+    time.sleep(0.3)  # the pause after an unreachable server (at most the 0.3 s timeout) is over
+    assert worker.state("s") == SessionState()
+    view_again, again = worker.compact_with_record(history, "s")
+    assert again.errors == () and worker.state("s").version == 1
+    assert view_again == alone(tmp_path, window).compact(history, "s")
+
+
+def test_a_turn_that_changes_nothing_costs_one_round_trip(backend, redis_server, proxy):
+    history = warn_history()
+    backend.block["url"] = redis_server.url_via(proxy.port)
+    worker = backend.compactor(context_window=window_for(history, 0.65), config=backend.config(record_none=False))
+    worker.compact_with_record(history, "s")  # Warn: offloads and saves
+    more = [*history, {"role": "user", "content": "and now?"}]
+    for n in range(5):
+        before = proxy.round_trips
+        view, record = worker.compact_with_record([*more, {"role": "user", "content": f"turn {n}"}], "s")
+        assert record.tier is CompactionTier.NONE
+        assert proxy.round_trips - before == 1
+
+
+def test_the_bundled_fleet_config_runs(redis_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPACTOR_REDIS_URL", redis_server.url)
+    history = warn_history()
+    compactor = ProgressiveCompactor("fleet-redis", context_window=window_for(history, 0.65), data_dir=str(tmp_path))
+    sid = f"bundled-{tmp_path.name}"
+    view, record = compactor.compact_with_record(history, sid)
+    assert record.offloaded and record.errors == ()
+    assert compactor.state(sid).version == 1 and [r.id for r in compactor.records(sid)] == [record.id]
+    client = redis_server.client()
+    assert 0 < client.pttl(f"compactor:state:{sid}") <= 604_800_000
+    client.close()
+    assert compactor.delete_session(sid) == []
+    assert sid not in {i.session_id for i in compactor.sessions()}
+    compactor.close()

@@ -1,0 +1,201 @@
+"""``state-sqlite``, ``store-sqlite``, ``offload-sqlite``: one database file shared by processes.
+
+The contract every backend keeps (``store_contract.py``), and what only a file can do: its
+permissions, WAL mode, a symbolic link in its place, a full disk, a write lock another process
+holds too long, and the schema's migration path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from progressive_compactor import CompactionTier, ProgressiveCompactor
+from progressive_compactor.stores import sqlite as sqlite_backend
+from progressive_compactor.testing import build_history, problems, window_for
+from store_contract import Backend, StoreContract, warn_history
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    found = Backend("sqlite", {}, tmp_path)
+    yield found
+    found.close()
+
+
+class TestSqliteContract(StoreContract):
+    pass
+
+
+def test_the_database_is_one_owner_only_file_in_wal_mode(backend):
+    history = warn_history()
+    backend.compactor(context_window=window_for(history, 0.65)).compact_with_record(history, "s")
+    files = sorted(p.name for p in backend.tmp_path.glob("compactor.sqlite3*"))
+    assert files == ["compactor.sqlite3", "compactor.sqlite3-shm", "compactor.sqlite3-wal"]
+    for name in files:
+        assert stat.S_IMODE(os.stat(backend.tmp_path / name).st_mode) == 0o600, name
+    with sqlite3.connect(backend.tmp_path / "compactor.sqlite3") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_backend.SCHEMA_VERSION
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_symbolic_link_in_place_of_the_file_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere.db"
+    elsewhere.write_bytes(b"")
+    (tmp_path / "compactor.sqlite3").symlink_to(elsewhere)
+    history = warn_history()
+    compactor = ProgressiveCompactor(
+        "classic", context_window=window_for(history, 0.85), **Backend("sqlite", {}, tmp_path).overrides()
+    )
+    view, record = compactor.compact_with_record(history, "s")
+    assert problems(view) == [] and record.tier is CompactionTier.FULL
+    assert any("loading session state failed" in e and "cannot open" in e for e in record.errors)
+    assert elsewhere.read_bytes() == b""
+
+
+def test_a_write_lock_held_too_long_fails_open_and_the_next_turn_recovers(backend):
+    history = warn_history(14, 5000)
+    compactor = backend.compactor(context_window=window_for(history, 0.8), config=backend.config(timeout=0.2))
+    compactor.compact_with_record(history[:6], "s")
+    blocker = sqlite3.connect(backend.tmp_path / "compactor.sqlite3", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process in a long write
+    try:
+        view, record = compactor.compact_with_record(history, "s")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert problems(view) == [] and record.tier is not CompactionTier.NONE
+    assert any("saving session state failed" in e and "database is locked" in e for e in record.errors)
+    assert any("locked, not tried again" in e for e in record.errors)  # waited for once, not per write
+    time.sleep(0.2)  # the pause after a lock waited for in vain (at most the 0.2 s timeout) is over
+    before = compactor.state("s").version
+    view_again, again = compactor.compact_with_record(history, "s")
+    assert again.errors == () and compactor.state("s").version == before + 1
+    alone = ProgressiveCompactor(
+        "classic", context_window=window_for(history, 0.8), data_dir=str(backend.tmp_path / "m")
+    )
+    alone.compact(history[:6], "s")
+    assert view_again == alone.compact(history, "s")
+
+
+FULL_DISK = r"""
+import json, os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+from pathlib import Path
+from typing import Iterator
+from progressive_compactor import ProgressiveCompactor
+from progressive_compactor.testing import build_history, window_for, problems
+data_dir = Path(sys.argv[1])
+history = build_history([6000] * 40)
+compactor = ProgressiveCompactor("classic", context_window=window_for(history[:24], 0.65), data_dir=str(data_dir),
+    plugins={"state": "state-sqlite", "offload": "offload-sqlite", "stores": ["store-sqlite"]},
+    config={"store-sqlite": {"record_none": True}})
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+compactor.compact_with_record(history[:12], "s")
+biggest = max(p.stat().st_size for p in data_dir.glob("compactor.sqlite3*"))
+resource.setrlimit(resource.RLIMIT_FSIZE, (biggest + 4096, hard))  # the disk is full from here
+for upto in range(14, 41, 2):
+    view, record = compactor.compact_with_record(history[:upto], "s")
+    print(json.dumps({"phase": "full", "tier": int(record.tier), "errors": list(record.errors),
+                      "problems": problems(view), "offloaded": len(record.offloaded)}))
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space again
+view, record = compactor.compact_with_record(history, "s")
+print(json.dumps({"phase": "after", "tier": int(record.tier), "errors": list(record.errors),
+                  "problems": problems(view), "version": compactor.state("s").version,
+                  "records": len(compactor.records("s")), "id": record.id,
+                  "ids": [r.id for r in compactor.records("s")]}))
+"""
+
+
+def test_a_full_disk_fails_open_and_nothing_is_half_written(tmp_path):
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    turns = [json.loads(line) for line in done.stdout.splitlines()]
+    full, after = turns[:-1], turns[-1]
+    assert all(t["problems"] == [] for t in turns)
+    # a write past RLIMIT_FSIZE fails with EFBIG, which SQLite reports as "disk I/O error"
+    # (a disk with no space left, ENOSPC, as "database or disk is full"): either way it fails open
+    failed = [e for t in full for e in t["errors"] if "disk I/O error" in e]
+    assert any(e.startswith("saving session state failed") for e in failed), full
+    assert any(e.startswith("offload of") for e in failed), full
+    assert "persist_record of plugin store-sqlite failed" in done.stderr  # records that could not be stored, logged
+    assert [e for e in after["errors"] if "SQLite" in e] == [] and after["problems"] == []
+    assert after["version"] == 1  # nothing was saved while the disk was full; now it is
+    assert after["id"] in after["ids"] and len(set(after["ids"])) == len(after["ids"])
+    with sqlite3.connect(tmp_path / "compactor.sqlite3") as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        states = conn.execute("SELECT data FROM compactor_state").fetchall()
+        assert len(states) == 1 and json.loads(states[0][0])["version"] == after["version"]
+        for (text,) in conn.execute("SELECT data FROM compactor_records"):
+            json.loads(text)  # every stored record is whole
+        orphans = conn.execute(
+            "SELECT count(*) FROM compactor_offloads o LEFT JOIN compactor_texts t USING (sha256) WHERE t.sha256 IS NULL"
+        ).fetchone()[0]
+        assert orphans == 0
+
+
+def test_the_schema_is_migrated_once_by_processes_that_start_together(tmp_path, monkeypatch):
+    Backend("sqlite", {}, tmp_path).compactor().state("s")  # version 1
+    step = ("ALTER TABLE compactor_records ADD COLUMN note TEXT",)
+    monkeypatch.setattr(sqlite_backend, "MIGRATIONS", (*sqlite_backend.MIGRATIONS, step))
+    monkeypatch.setattr(sqlite_backend, "SCHEMA_VERSION", 2)
+    history = build_history([3000] * 6)
+    compactors = [Backend("sqlite", {}, tmp_path).compactor(context_window=window_for(history, 0.85)) for _ in range(4)]
+    gate = threading.Barrier(4)
+    records = []
+
+    def turn(compactor: ProgressiveCompactor, n: int) -> None:
+        gate.wait()
+        records.append(compactor.compact_with_record(history, f"s{n}")[1])
+
+    threads = [threading.Thread(target=turn, args=(c, n)) for n, c in enumerate(compactors)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.errors == () for r in records)
+    with sqlite3.connect(tmp_path / "compactor.sqlite3") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(compactor_records)")]
+        assert columns.count("note") == 1
+
+
+def test_the_bundled_fleet_config_runs(tmp_path):
+    history = warn_history()
+    compactor = ProgressiveCompactor("fleet-sqlite", context_window=window_for(history, 0.65), data_dir=str(tmp_path))
+    view, record = compactor.compact_with_record(history, "s")
+    assert record.offloaded and record.errors == ()
+    assert compactor.state("s").version == 1 and compactor.records("s")[0].id == record.id
+    assert (tmp_path / "compactor.sqlite3").is_file()
+
+
+def test_a_large_text_is_stored_once_however_many_handles_name_it(backend):
+    from progressive_compactor.models import Message
+
+    plugin = backend.compactor().pm.get_plugin("offload-sqlite")
+    text = "a large result\n" * 20_000
+    handles = {
+        plugin.offload(Message(role="tool", content=text, tool_call_id=c), s, 100).handle
+        for c in ("c1", "c2")
+        for s in ("s1", "s2")
+    }
+    assert handles == {"s1/c1", "s1/c2", "s2/c1", "s2/c2"}
+    with sqlite3.connect(backend.tmp_path / "compactor.sqlite3") as conn:
+        assert conn.execute("SELECT count(*) FROM compactor_texts").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM compactor_offloads").fetchone() == (4,)
+    plugin.on_delete_session("s1")
+    assert plugin.read_offloaded("s2/c1") == text
+    plugin.on_delete_session("s2")
+    with sqlite3.connect(backend.tmp_path / "compactor.sqlite3") as conn:
+        assert conn.execute("SELECT count(*) FROM compactor_texts").fetchone() == (0,)
