@@ -41,7 +41,9 @@ from progressive_compactor.plugin import (
 )
 
 ID_FILE = ".session_id"
-_HANDLE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})/([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})")
+_HANDLE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})/([A-Za-z0-9_][A-Za-z0-9_.-]{0,140})")
+"""``{session}/{call}``: plain names of at most 128 characters, the call's followed by the text's
+hash (13 more) when its id was reused with another text."""
 
 
 class FileOffloader:

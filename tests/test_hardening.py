@@ -63,6 +63,23 @@ def test_a_reused_call_id_of_the_same_length_never_shows_the_earlier_result(make
     assert [compactor.read_tool_result(h) for h in handles] == [PASSED, FAILED]
 
 
+@pytest.mark.parametrize("length", [8, 116, 128])
+def test_a_reused_long_call_id_reads_back(make_compactor, length):
+    """The second result of a reused id gets its hash after the name: a handle part up to the
+    longest plain name plus that suffix must read back (a 128-character id included)."""
+    call_id = ("c" * length)[:length]
+    compactor, _ = warn_compactor(make_compactor)
+    history = [{"role": "user", "content": "Fix the tests."}, call(call_id), result(call_id, PASSED)]
+    history += filler_turns("x")
+    compactor.compact_with_record(history)
+    history += [call(call_id), result(call_id, FAILED)] + filler_turns("y")
+    view, _ = compactor.compact_with_record(history)
+    shown = [m["content"] for m in view if m.get("tool_call_id") == call_id]
+    handles = [text.split("Handle: ")[1].split("]")[0] for text in shown]
+    assert len(set(handles)) == 2
+    assert [compactor.read_tool_result(h) for h in handles] == [PASSED, FAILED]
+
+
 def test_two_processes_sharing_state_keep_both_results_of_a_reused_id(make_compactor, tmp_path):
     """Two compactors (two worker processes) on one state folder: the second result of a reused
     id is offloaded under its own handle, and both read back from either worker."""
