@@ -212,7 +212,8 @@ def window_table(window: int, by_policy: dict[str, list[dict[str, Any]]], refere
 
 
 def goals(window: int, by_policy: dict[str, list[dict[str, Any]]]) -> str:
-    """The default config against the baselines, as ratios of summed billed cost."""
+    """The default config against the baselines, as ratios of summed billed cost (without a
+    prompt cache: against the cheapest baseline that never overflowed)."""
     if "default" not in by_policy:
         return ""
 
@@ -225,7 +226,8 @@ def goals(window: int, by_policy: dict[str, list[dict[str, Any]]]) -> str:
         theirs = total(name)
         if ours is not None and theirs:
             parts.append(f"default / {name} = {ours / theirs:.3f}")
-    baselines = {n: total(n, no_cache_cost) for n in BASELINES if n in by_policy}
+    fitting = [n for n in BASELINES if n in by_policy and not any(r["overflows"] for r in by_policy[n])]
+    baselines = {n: total(n, no_cache_cost) for n in fitting}
     baselines = {n: v for n, v in baselines.items() if v}
     if baselines:
         cheapest = min(baselines, key=lambda n: baselines[n])
