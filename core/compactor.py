@@ -312,18 +312,14 @@ class ProgressiveCompactor:
         work = TurnWork(sid, context, state, [], stable=len(cache.uncovered), compaction=cache.compaction)
         work.errors += reset_errors
         repairs = cache.settled_repairs + recent.repairs
-        tier: CompactionTier = requested
+
+        def unchanged(tier: CompactionTier) -> Any:
+            """The view as it stands (the cached one): this turn changes nothing."""
+            view = cache.unchanged_view(recent)
+            return view, work, tier, requested, tokens_before, tokens_before, msgs_before, repairs
+
         if requested is CompactionTier.NONE:
-            return (
-                cache.unchanged_view(recent),
-                work,
-                tier,
-                requested,
-                tokens_before,
-                tokens_before,
-                msgs_before,
-                repairs,
-            )
+            return unchanged(requested)
         work.uncovered = cache.uncovered + recent.messages
         counts = cache.uncovered_counts + recent.counts
         work.counts = counts if ratio == 1.0 else [corrected(c, ratio) for c in counts]
@@ -331,16 +327,7 @@ class ProgressiveCompactor:
             work.sent = cache.head() + work.uncovered
         tier = yield from tiers.run(cache, work, requested, tokens)
         if work.state is state and not work.rewritten and work.fallback_view is None:  # nothing to do at this tier
-            return (
-                cache.unchanged_view(recent),
-                work,
-                tier,
-                requested,
-                tokens_before,
-                tokens_before,
-                msgs_before,
-                repairs,
-            )
+            return unchanged(tier)
         view = tiers.assemble(cache, work)
         problems = view_problems(view)
         fixed_view = bool(problems)

@@ -88,6 +88,7 @@ from .storage import (
     safe_name,
     write_private,
 )
+from .thresholds import THRESHOLD_NAMES, check_thresholds, thresholds_of, tier_for_share
 from .tools import PLACEHOLDER_PREFIX, head_lines, offload_handles, placeholder
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "NOT_AVAILABLE",
     "PLACEHOLDER_PREFIX",
+    "THRESHOLD_NAMES",
     "Anchor",
     "AnchorType",
     "CompactionRecord",
@@ -169,6 +171,7 @@ __all__ = [
     "append_line",
     "bound_text",
     "char_count",
+    "check_thresholds",
     "connection_passwords",
     "create_private",
     "empty_anchors",
@@ -203,6 +206,8 @@ __all__ = [
     "state_from_json",
     "state_to_json",
     "text_of",
+    "thresholds_of",
+    "tier_for_share",
     "to_anthropic",
     "write_private",
 ]

@@ -37,14 +37,15 @@ import attrs
 
 from progressive_compactor.plugin import (
     CompactionTier,
-    ConfigError,
     PluginContext,
     TurnContext,
+    check_thresholds,
     hookimpl,
     setting_check,
+    thresholds_of,
+    tier_for_share,
 )
 
-TIERS = ("warn", "soft", "full", "emergency")
 MESSAGES_PER_CALL = 2
 """An agent's call adds about two messages to the history: its reply and a tool result."""
 PRIOR_CALLS = 4
@@ -92,25 +93,7 @@ class CostPolicy:
         """Never compact for cost below this many tokens (a small view is cheap to re-read)."""
 
         def __attrs_post_init__(self) -> None:
-            # Checked with the block, so that every way of loading a config (a variant of an
-            # experiment included) rejects it: 50/60/75/90 would mean "never compact".
-            values = {name: getattr(self, name) for name in TIERS}
-            if any(v > 1 for v in values.values()):
-                raise ConfigError(
-                    [
-                        f"thresholds are shares of the window (0.70 for 70 %), got {v}; did you mean {v / 100:g}? "
-                        f"@ $.config.policy-cost.{name}"
-                        for name, v in values.items()
-                        if v > 1
-                    ]
-                )
-            if not 0 < self.warn <= self.soft <= self.full <= self.emergency:
-                raise ConfigError(
-                    [
-                        "thresholds must satisfy 0 < warn <= soft <= full <= emergency <= 1, got "
-                        f"{self.warn}/{self.soft}/{self.full}/{self.emergency} @ $.config.policy-cost"
-                    ]
-                )
+            check_thresholds(self, "policy-cost")
 
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()
@@ -151,24 +134,17 @@ class CostPolicy:
 
     @hookimpl(trylast=True)
     def determine_tier(self, ratio: float, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier:
-        c = self.config
         if context_window <= 0:
             return CompactionTier.NONE
-        # The view a turn starts with; after a compaction in the same turn the loop guard asks
-        # again with a smaller one, and only the thresholds decide that.
-        first_look = tokens >= turn.view_tokens
-        if ratio >= c.emergency:
-            return CompactionTier.EMERGENCY
-        if ratio >= c.full:
-            return CompactionTier.FULL
-        if ratio >= c.soft:
+        tier = tier_for_share(ratio, self.config)
+        if tier >= CompactionTier.SOFT:
+            return tier
+        # The cost trigger judges the view a turn starts with; after a compaction in the same
+        # turn the loop guard asks again with a smaller one, and only the thresholds decide that.
+        if tokens >= turn.view_tokens and tokens >= self.cycle(tokens, turn).trigger:
             return CompactionTier.SOFT
-        if first_look and tokens >= self.cycle(tokens, turn).trigger:
-            return CompactionTier.SOFT
-        if ratio >= c.warn:
-            return CompactionTier.WARN
-        return CompactionTier.NONE
+        return tier
 
     @hookimpl(trylast=True)
     def tier_thresholds(self) -> dict[str, float]:
-        return {name: getattr(self.config, name) for name in TIERS}
+        return thresholds_of(self.config)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-from progressive_compactor.plugin import CompactionTier, ConfigError, hookimpl
-
-TIERS = ("warn", "soft", "full", "emergency")
+from progressive_compactor.plugin import CompactionTier, check_thresholds, hookimpl, thresholds_of, tier_for_share
 
 
 class ThresholdPolicy:
@@ -22,45 +20,15 @@ class ThresholdPolicy:
         emergency: float = 0.95
 
         def __attrs_post_init__(self) -> None:
-            # Checked with the block, so that every way of loading a config (a variant of an
-            # experiment included) rejects it: 50/60/75/90 would mean "never compact".
-            c = self
-            values = [getattr(c, name) for name in TIERS]
-            if any(v > 1 for v in values):
-                raise ConfigError(
-                    [
-                        f"thresholds are shares of the window (0.70 for 70 %), got {getattr(c, n)}; did you mean "
-                        f"{getattr(c, n) / 100:g}? @ $.config.policy-thresholds.{n}"
-                        for n in TIERS
-                        if getattr(c, n) > 1
-                    ]
-                )
-            if not 0 < c.warn <= c.soft <= c.full <= c.emergency:
-                raise ConfigError(
-                    [
-                        "thresholds must satisfy 0 < warn <= soft <= full <= emergency <= 1, got "
-                        f"{c.warn}/{c.soft}/{c.full}/{c.emergency} @ $.config.policy-thresholds"
-                    ]
-                )
+            check_thresholds(self, "policy-thresholds")
 
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
 
     @hookimpl(trylast=True)
     def determine_tier(self, ratio: float, context_window: int) -> CompactionTier:
-        c = self.config
-        if context_window <= 0:
-            return CompactionTier.NONE
-        if ratio >= c.emergency:
-            return CompactionTier.EMERGENCY
-        if ratio >= c.full:
-            return CompactionTier.FULL
-        if ratio >= c.soft:
-            return CompactionTier.SOFT
-        if ratio >= c.warn:
-            return CompactionTier.WARN
-        return CompactionTier.NONE
+        return tier_for_share(ratio, self.config) if context_window > 0 else CompactionTier.NONE
 
     @hookimpl(trylast=True)
     def tier_thresholds(self) -> dict[str, float]:
-        return {name: getattr(self.config, name) for name in TIERS}
+        return thresholds_of(self.config)
