@@ -8,7 +8,7 @@ A turn: load the session's state, bring the per-session cache up to date with th
 decide the tier on the view that would be sent, carry out the tier (offload, summarize, truncate,
 with the loop guard escalating when a compaction does not bring the view below Soft), check the
 view's structure, save the state, build and store the record. The design document of the
-repository (``docs/design.md``) explains why.
+repository (``docs/architecture.md``) explains why.
 
 The tier logic is written once, as a generator (:meth:`ProgressiveCompactor._turn`) that yields a
 :class:`SummaryRequest` whenever it needs a summary; the synchronous API answers it by calling the
