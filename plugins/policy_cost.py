@@ -101,12 +101,9 @@ class CostPolicy:
 
     def cycle(self, tokens: int, turn: TurnContext) -> Cycle:
         """Where compacting this session's view starts to pay (see the module docstring)."""
-        prices = self.context.config.pricing
-        c = self.config
-        growth, landed = self.growth(tokens, turn), turn.state.landed_tokens
-        per_message = tokens / max(turn.view_messages, 1)
-        tail = per_message * self.context.config.min_tail_messages
-        state = turn.state
+        prices, c, state = self.context.config.pricing, self.config, turn.state
+        growth, landed = self.growth(tokens, turn), state.landed_tokens
+        tail = tokens / max(turn.view_messages, 1) * self.context.config.min_tail_messages
         summary = (len(state.summary or "") + sum(len(a.content) for a in state.anchors)) / 4 or c.summary_tokens
         landing = summary + tail + c.keep_share * tokens
         cached = max(prices.cached_input, 1e-9)
