@@ -95,8 +95,11 @@ def _lines(content: str) -> list[str]:
     return [line.rstrip() for line in content.strip().splitlines() if line.strip()]
 
 
+_BULLET = re.compile(r"^[-*•\d.)\s]+")
+
+
 def _norm(line: str) -> str:
-    return re.sub(r"^[-*•\d.)\s]+", "", line).strip().lower()
+    return _BULLET.sub("", line).strip().lower()
 
 
 def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor, ...]:
@@ -120,8 +123,9 @@ def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor,
         lines = _lines(a.content)
         seen = {_norm(x) for x in lines}
         for line in _lines(b.content):
-            if _norm(line) not in seen:
-                seen.add(_norm(line))
+            key = _norm(line)
+            if key not in seen:
+                seen.add(key)
                 lines.append(line)
         lines = merge_file_lines(lines)
         if len(lines) > MAX_ANCHOR_LINES:
@@ -197,7 +201,7 @@ def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
     the request, the files and the failures does not depend on the summarizer's diligence. A fact
     counts as present when its text already appears."""
     result = {a.type: a for a in complete(anchors)}
-    everything = "\n".join(a.content for a in result.values())
+    everything = "\n".join(a.content for a in result.values()).lower()
     for fact_anchor in facts_as_anchors(facts):
         if fact_anchor.is_empty:
             continue
@@ -278,11 +282,12 @@ def _newest_lines(content: str, limit: int) -> str:
     return "\n".join(sorted(kept, key=lambda line: order.get(line, -1))) or NOT_AVAILABLE
 
 
-def _covered(line: str, text: str) -> bool:
-    """Whether every file path or command of a fact line already appears in ``text``."""
-    payload = _norm(line).split(":", 1)[-1]
-    items = [x.strip() for x in payload.split(", ")] if "files" in _norm(line)[:14] else [payload.strip()]
-    lowered = text.lower()
+def _covered(line: str, lowered: str) -> bool:
+    """Whether every file path or command of a fact line already appears in ``lowered`` (a text
+    in lower case)."""
+    norm = _norm(line)
+    payload = norm.split(":", 1)[-1]
+    items = [x.strip() for x in payload.split(", ")] if "files" in norm[:14] else [payload.strip()]
     return all(item and item in lowered for item in items)
 
 

@@ -4,13 +4,27 @@ default summarizer that writes the five anchors from them."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from progressive_compactor import CompactionTier, SummaryRequest
 from progressive_compactor.anchors import parse_markdown
-from progressive_compactor.facts import bound_text, error_line, extract_facts, first_user_request, is_failure
+from progressive_compactor.facts import (
+    _DECISION,
+    _NEXT,
+    _files_in_command,
+    bound_text,
+    error_line,
+    extract_facts,
+    first_user_request,
+    is_failure,
+    shell_words,
+)
 from progressive_compactor.messages import messages_from_dicts
 from progressive_compactor.models import AnchorType, Facts
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
@@ -125,6 +139,49 @@ def test_decisions_next_step_and_tools(facts):
     assert facts.decisions == ("I'll use a regex instead of split().", "The root cause is the tokenizer.")
     assert facts.next_step == "Next, I will run the whole test suite."
     assert facts.tools_used == ("Read", "Edit", "Write", "bash")
+
+
+# The fast paths against the slow originals they replace: shlex, and case-insensitive patterns.
+
+SHELL_PIECES = ["a", "b.py", "'", '"', " ", "\t", "\\", "\r", "\xa0", "#", "-n", "İ"]
+
+
+@given(st.lists(st.sampled_from(SHELL_PIECES), max_size=14).map("".join))
+def test_shell_words_splits_as_shlex(text):
+    try:
+        expected: list[str] | str = shlex.split(text)
+    except ValueError:
+        expected = "unclosed quote"
+    try:
+        got: list[str] | str = shell_words(text)
+    except ValueError:
+        got = "unclosed quote"
+    assert got == expected
+
+
+PHRASE_PIECES = ["I", "i", "'ll", " will", " use", "decided", "DECISION", "Instead of", "the fix is", "root ",
+                 "cause is", " is", "approach", "CHOSE", "Next,", " step", "now", "let me", "TODO", "x", "_", " ",
+                 ".", "İ", "ı", "ſ", "\u212a", "é"]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(PHRASE_PIECES), max_size=10).map("".join))
+def test_phrases_match_as_their_case_insensitive_pattern(text):
+    for phrases in (_DECISION, _NEXT):
+        assert phrases.search(text) is (re.search(phrases.any.pattern, text, re.I) is not None)
+
+
+@pytest.mark.parametrize(
+    "command, created, edited, read",
+    [
+        # "cat" and ">" inside a heredoc's text are still found; a word holding "cat" is not a cat
+        ("cat > notes.md << 'EOF'\nlocate concatenate > x.txt\nEOF", ["notes.md"], ["x.txt"], ["notes.md"]),
+        ("sed -n '1,20p' src/a.py && cat \"b.txt\" | head -3 c.py", [], [], ["src/a.py", "b.txt", "c.py"]),
+        ("echo hi 2>&1 >> log.txt; tee -a out.txt < in", [], ["log.txt", "out.txt"], []),
+        ("cat 'unclosed.py", [], [], ["unclosed.py"]),  # shlex fails: split at spaces, quote stripped
+    ],
+)
+def test_files_in_shell_commands(command, created, edited, read):
+    assert _files_in_command(command) == (created, edited, read)
 
 
 def test_facts_of_nothing_are_empty():
