@@ -289,9 +289,10 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
                 _add(decisions, [s[:240] for s in _sentences(text) if _DECISION.search(s)])
         elif m.role == "tool":
             text = text_of(m)
-            if text and is_failure(text):
+            line = error_line(text) if text and is_failure(text) else ""
+            if line:  # a search that found nothing "fails" with no output: nothing to learn from it
                 name, arguments = calls.get(m.tool_call_id or "", (m.name or "tool", ""))
-                _add(failed, [f"`{describe_call(name, arguments)}` -> {error_line(text)}"])
+                _add(failed, [f"`{describe_call(name, arguments)}` -> {line}"])
     read = [p for p in read if p not in created and p not in edited]
     return Facts(
         user_request=first_user_request(messages, intent_limit),

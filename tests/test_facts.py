@@ -25,7 +25,7 @@ from progressive_compactor.facts import (
     is_failure,
     shell_words,
 )
-from progressive_compactor.messages import messages_from_dicts
+from progressive_compactor.messages import messages_from_dicts, text_of
 from progressive_compactor.models import AnchorType, Facts
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
 from progressive_compactor.testing import RecordingSummarizer, build_history, tool_turn, window_for
@@ -114,6 +114,20 @@ def test_failed_commands_with_their_error_line(facts):
     (failed,) = facts.failed_commands
     assert failed.startswith("`python -m pytest tests/test_commas.py` -> ")
     assert "AssertionError: expected 3" in failed
+
+
+def test_a_command_that_fails_without_a_word_is_not_a_tried_solution():
+    history = messages_from_dicts(
+        [
+            {"role": "user", "content": REQUEST},
+            {"role": "assistant", "content": None, "tool_calls": [call("g", "bash", command="grep -n wrapt setup.py")]},
+            {"role": "tool", "tool_call_id": "g", "content": "<returncode>1</returncode>\n<output>\n</output>"},
+            {"role": "assistant", "content": None, "tool_calls": [call("p", "bash", command="pytest -x")]},
+            {"role": "tool", "tool_call_id": "p", "content": "<returncode>1</returncode>\nE   KeyError: 'a'"},
+        ]
+    )
+    assert is_failure(text_of(history[2]))  # it did exit with 1: grep found nothing
+    assert extract_facts(history).failed_commands == ("`pytest -x` -> E   KeyError: 'a'",)
 
 
 @pytest.mark.parametrize(
