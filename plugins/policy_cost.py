@@ -84,7 +84,7 @@ class CostPolicy:
         )
         """Tokens of a summary request besides the messages it summarizes (instructions, facts)."""
         keep_share: float = attrs.field(
-            default=0.05,
+            default=0.03,
             validator=setting_check(lambda v: 0 <= v < 1, "keep_share must be at least 0 and below 1, got {value}"),
         )
         """Share of the view a compaction keeps as recent text besides the tail (``tier-soft``'s

@@ -578,7 +578,7 @@ def test_config_show_fills_defaults(cfg: Path) -> None:
     assert data["data_dir"] == str(cfg.parent)
     assert data["config"]["offload-files"]["root"] == "{data_dir}/tool_results"
     assert data["config"]["offload-files"]["preview_chars"] == 1500  # a plugin default, not in the file
-    assert data["config"]["policy-cost"]["soft"] == 0.7 and data["config"]["policy-cost"]["keep_share"] == 0.05
+    assert data["config"]["policy-cost"]["soft"] == 0.7 and data["config"]["policy-cost"]["keep_share"] == 0.03
     assert data["pricing"]["input"] > 0
     assert json.loads(run("config", "show", cfg, "--json").stdout) == data
 

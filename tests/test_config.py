@@ -47,9 +47,14 @@ def attrs_values(instance):
 
 
 def test_the_default_config_matches_the_code_defaults():
-    """Every key written out in default.yaml is the value the code would use without it."""
+    """Every key written out in default.yaml is the value the code would use without it, but the
+    protected tail: the cheapest default keeps 4 messages, the setting's own default (and
+    ``classic``) 6."""
     config = load_config("default")
-    assert attrs_values(config) | {"config": {}} == attrs_values(CompactorConfig()) | {"config": {}}
+    assert config.min_tail_messages == 4 and CompactorConfig().min_tail_messages == 6
+    assert attrs_values(attrs.evolve(config, min_tail_messages=6)) | {"config": {}} == attrs_values(
+        CompactorConfig()
+    ) | {"config": {}}
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ def test_the_trigger_is_the_landing_plus_the_cheapest_interval():
     p = PriceTable()
     c = CostPolicy.Config()
     growth = (c.growth_tokens * PRIOR_CALLS + 20_000) / (PRIOR_CALLS + 40 / MESSAGES_PER_CALL)
-    tail = 20_000 / 40 * 6
+    tail = 20_000 / 40 * load_config("default").min_tail_messages
     landing = c.summary_tokens + tail + c.keep_share * 20_000
     one_off = c.summary_tokens * p.summarizer_output + c.request_tokens * p.summarizer_input
     one_off += landing * (p.input - p.cached_input)
@@ -112,12 +112,12 @@ def test_soft_keeps_the_newest_head_messages_within_its_share():
 
 
 def test_the_default_compacts_a_long_session_at_a_large_window_and_soft_leaves_part_of_the_head(make_compactor):
-    history = build_history([5000] * 25)  # about 32k tokens: 25 % of a 128k window
+    history = build_history([5000] * 40)  # about 51k tokens: 40 % of a 128k window
     compactor = make_compactor("default", context_window=128_000)
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.SOFT and record.summarizer_calls == 1
     assert problems(view) == [] and estimate(view) < estimate(history) / 3
-    head = len(history) - 1 - 6
+    head = len(history) - 1 - compactor.config.min_tail_messages
     assert 0 < record.summarized < head  # part of the head, not all of it
     # offload_head: every large result left in the head is a placeholder now, so the next turns
     # do not break the prompt cache again
