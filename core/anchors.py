@@ -300,6 +300,23 @@ def format_summary(anchors: Sequence[Anchor], prose: str) -> str:
     return "\n\n".join(parts)
 
 
+PINNED_REQUEST_NOTE = "The user's request is the message before this summary, word for word."
+
+
+def without_request(anchors: Sequence[Anchor], request: str) -> tuple[Anchor, ...]:
+    """``anchors`` with the lines of the user's request taken out of the intent, which says where
+    the request is instead: a message of its own before the compaction message, which never
+    changes, so that a provider's prompt cache keeps it across compactions."""
+    request_lines = set(_lines(request))
+    result = []
+    for a in complete(anchors):
+        if a.type is AnchorType.USER_INTENT:
+            rest = [line for line in _lines(a.content) if line not in request_lines and line != NOT_AVAILABLE]
+            a = Anchor(a.type, "\n".join([PINNED_REQUEST_NOTE, *rest]))
+        result.append(a)
+    return tuple(result)
+
+
 def compaction_message_text(
     anchors: Sequence[Anchor],
     prose: str,

@@ -414,7 +414,14 @@ class ProgressiveCompactor:
         """The session's cache, brought up to date with ``history`` (new messages only)."""
         cache = self._caches.get(sid)
         if cache is None or not cache.continues(history):
-            cache = SessionCache(sid, history, self.hooks.estimate_tokens, self.config.intent_max_chars)
+            cache = SessionCache(
+                sid,
+                history,
+                self.hooks.estimate_tokens,
+                self.config.intent_max_chars,
+                self.secrets.redact,
+                self.config.pin_request,
+            )
             self._caches[sid] = cache
         cache.read(history)
         return cache

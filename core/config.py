@@ -136,6 +136,11 @@ class CompactorConfig:
     ``max_summary_tokens``: a summary that fills the window makes every compaction come sooner."""
     intent_max_chars: int = 8000
     """The user's original request is kept verbatim in the summary up to this many characters."""
+    pin_request: bool = True
+    """Once a summary covers the user's request, send it as a message of its own right after the
+    system message, the same every turn, and leave it out of the compaction message: compactions
+    change the view only after it, so a provider's prompt cache keeps it. ``False``: the request
+    is the compaction message's User Intent (the view is ``[system, compaction message, ...]``)."""
     summary_requests: str = "lean"
     """How a summarizer that calls a provider asks: ``lean`` sends only what the summary needs
     (the new messages cut short, the facts, the previous summary once); ``cache-friendly``

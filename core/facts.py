@@ -82,14 +82,20 @@ def bound_text(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail :] if tail else ''}"
 
 
-def first_user_request(messages: Iterable[Message], limit: int) -> str | None:
-    """The first user message that is a request (not a reminder or a slash-command echo)."""
-    for m in messages:
+def request_index(messages: Sequence[Message]) -> int | None:
+    """Where the first user message that is a request (not a reminder or a slash-command echo) is."""
+    for i, m in enumerate(messages):
         if m.role == "user":
             text = text_of(m).strip()
             if text and not _NOT_A_REQUEST.match(text):
-                return bound_text(text, limit)
+                return i
     return None
+
+
+def first_user_request(messages: Sequence[Message], limit: int) -> str | None:
+    """The text of the first user message that is a request, bounded to ``limit`` characters."""
+    index = request_index(messages)
+    return None if index is None else bound_text(text_of(messages[index]).strip(), limit)
 
 
 def _arguments(call_arguments: str) -> dict[str, Any]:

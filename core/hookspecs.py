@@ -67,8 +67,9 @@ def estimate_tokens(messages: Sequence[Message]) -> Sequence[int] | None:
 def determine_tier(ratio: float, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier | None:
     """Return the tier for a view of ``tokens`` tokens, ``ratio`` of the window.
 
-    Called once per turn on the view that would be sent (the system message, the compaction
-    message and every message the summary does not cover), and again after a Soft or Full
+    Called once per turn on the view that would be sent (the system message, the user's request
+    pinned once a summary covers it, the compaction message and every message the summary does
+    not cover), and again after a Soft or Full
     compaction, where anything at Soft or above makes the loop guard escalate. The default,
     ``policy-thresholds``, applies 60/70/80/95 %.
     Stops at the first non-None result; ``None`` means "no opinion" (tier None if nobody answers).

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from .facts import first_user_request
+from .facts import first_user_request, request_index
 from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content
 from .models import Message, SessionState
 
@@ -76,9 +76,20 @@ def role_of(item: Any) -> Any:
 class SessionCache:
     """The cache of one session; see the module docstring."""
 
-    def __init__(self, session_id: str, history: Sequence[Any], estimate: Estimate, intent_max_chars: int):
+    def __init__(
+        self,
+        session_id: str,
+        history: Sequence[Any],
+        estimate: Estimate,
+        intent_max_chars: int,
+        redact: Callable[[str], str] = str,
+        pin_request: bool = True,
+    ):
         self.session_id = session_id
         self.estimate = estimate
+        self.redact = redact
+        """Masks registered secrets in the text the cache writes itself (the pinned request)."""
+        self.pin_request = pin_request
         self.intent_max_chars = intent_max_chars
         self.has_system = bool(history) and role_of(history[0]) == "system"
         self.system: Message | None = as_message(history[0], 0) if self.has_system else None
@@ -93,6 +104,10 @@ class SessionCache:
         self.last_read: Any = None
         """The last history message read (the caller's own object), to recognise the history."""
         self.first_request: str | None = None
+        self.request_index: int | None = None
+        """Where the user's request is in ``settled``: once a summary covers it, the view carries
+        it as a message of its own after the system message (:meth:`pinned_for`)."""
+        self._pinned: tuple[Message, dict[str, Any], int] | None = None
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
         self._recent_key: tuple[Any, ...] | None = None
@@ -105,9 +120,11 @@ class SessionCache:
         self.uncovered_dicts: list[dict[str, Any]] = []
         self.uncovered_tokens = 0
         self.uncovered_end = 0
+        self.pinned: Message | None = None
         self.compaction: Message | None = None
         self.compaction_dict: dict[str, Any] | None = None
         self.compaction_tokens = 0
+        """The compaction message's tokens and the pinned request's."""
         self.previous_view: list[Any] = []
         self.previous_tokens = 0
 
@@ -156,6 +173,10 @@ class SessionCache:
         if cut <= 0:
             return
         repaired, repairs = repair_tool_pairs(msgs[:cut], at_start=False)
+        if self.request_index is None:
+            found = request_index(repaired)
+            if found is not None:
+                self.request_index = len(self.settled) + found
         if self.first_request is None:
             self.first_request = first_user_request(repaired, self.intent_max_chars)
         self.settled.extend(repaired)
@@ -206,17 +227,36 @@ class SessionCache:
             after = self.recent_messages[0]
         return after is not None and after.role == "tool"
 
-    def refresh(self, state: SessionState, compaction_message: Callable[[SessionState], Message]) -> None:
+    def pinned_for(self, state: SessionState) -> Message | None:
+        """The user's request as a message of its own, once ``state``'s summary covers it (the
+        same object every time: a provider's prompt cache keeps it across compactions)."""
+        covers = self.request_index is not None and state.covered > self.request_index
+        if not (self.pin_request and covers and self.first_request):
+            return None
+        if self._pinned is None:
+            message = Message(role="user", content=self.redact(self.first_request))
+            self._pinned = (message, message_to_dict(message), self.estimate([message])[0])
+        return self._pinned[0]
+
+    def request_for(self, state: SessionState) -> str | None:
+        """The request's text when ``state`` pins it, for the compaction message to leave out."""
+        return self.first_request if self.pinned_for(state) is not None else None
+
+    def pinned_tokens(self, state: SessionState) -> int:
+        return self._pinned[2] if self.pinned_for(state) is not None and self._pinned is not None else 0
+
+    def refresh(self, state: SessionState, compaction_message: Callable[[SessionState, str | None], Message]) -> None:
         """Keep the uncovered view for ``state``, extending it as ``settled`` grows."""
         key = state_key(state)
         if self.view_state != key or self.uncovered_end < state.covered:
             self.view_state = key
             self.uncovered, self.uncovered_dicts, self.uncovered_counts, self.uncovered_tokens = [], [], [], 0
             self.uncovered_end = state.covered
+            self.pinned = self.pinned_for(state)
             if state.covered:
-                self.compaction = compaction_message(state)
+                self.compaction = compaction_message(state, self.first_request if self.pinned else None)
                 self.compaction_dict = message_to_dict(self.compaction)
-                self.compaction_tokens = self.estimate([self.compaction])[0]
+                self.compaction_tokens = self.estimate([self.compaction])[0] + self.pinned_tokens(state)
             else:
                 self.compaction, self.compaction_dict, self.compaction_tokens = None, None, 0
         end = len(self.settled)
@@ -248,8 +288,10 @@ class SessionCache:
     # --- the view sent ------------------------------------------------------------------------
 
     def head(self) -> list[Message]:
-        """The system message and the compaction message, as a view starts."""
+        """The system message, the pinned request and the compaction message, as a view starts."""
         view = [self.system] if self.system is not None else []
+        if self.pinned is not None:
+            view.append(self.pinned)
         if self.compaction is not None:
             view.append(self.compaction)
         return view
@@ -257,6 +299,8 @@ class SessionCache:
     def unchanged_view(self, recent: Recent) -> list[Any]:
         """The view of a turn that compacts nothing: cached dicts, the caller's own where unchanged."""
         out: list[Any] = [self.system_dict] if self.has_system else []
+        if self.pinned is not None and self._pinned is not None:
+            out.append(self._pinned[1])
         if self.compaction_dict is not None:
             out.append(self.compaction_dict)
         out += self.uncovered_dicts

@@ -249,11 +249,12 @@ def fallback_bound(view: Sequence[Mapping[str, Any]], compactor: ProgressiveComp
     fits the window); never more than the window."""
     from .anchors import COMPACTION_MARKER
 
+    def compaction(index: int) -> bool:
+        return index < len(view) and str(view[index].get("content") or "").startswith(COMPACTION_MARKER)
+
     config = compactor.config
-    pinned = 0
-    while pinned < len(view) and (
-        view[pinned]["role"] == "system" or str(view[pinned].get("content") or "").startswith(COMPACTION_MARKER)
-    ):
+    pinned = 0  # the system message, the user's request pinned before the compaction message, that message
+    while pinned < len(view) and (view[pinned]["role"] == "system" or compaction(pinned) or compaction(pinned + 1)):
         pinned += 1
     start = len(view)
     while start > pinned and view[start - 1]["role"] == "tool":
@@ -261,6 +262,17 @@ def fallback_bound(view: Sequence[Mapping[str, Any]], compactor: ProgressiveComp
     start = max(start - 1, pinned)
     budget = int(config.fallback_budget * config.context_window)
     return min(max(budget, estimate(view[:pinned]) + estimate(view[start:])), config.context_window)
+
+
+def compaction_message(view: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The ``[Context Compaction]`` message of ``view``. It follows the system message and, once
+    a summary covers the user's request, that request as a message of its own."""
+    from .anchors import COMPACTION_MARKER
+
+    for m in view:
+        if str(m.get("content") or "").startswith(COMPACTION_MARKER):
+            return m
+    raise AssertionError("the view has no [Context Compaction] message")
 
 
 def problems(view: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -274,6 +286,7 @@ __all__ = [
     "RecordingSummarizer",
     "SecretRegistry",
     "build_history",
+    "compaction_message",
     "compactor_factory",
     "estimate",
     "failing_summarizer",

@@ -209,9 +209,10 @@ class TierRunner:
         if result.delta and previous.summary and parsed.prose:
             prose = f"{previous.summary}\n\n{parsed.prose}"
         state = self._covering(cache, work, count, summary=prose, anchors=merged)
-        compaction = self.compaction_message(work.session_id, state)
+        compaction = self.compaction_message(work.session_id, state, cache.request_for(state))
         old_tokens = sum(self.hooks.estimate_tokens([work.compaction])) if work.compaction else 0
-        new_tokens = self.hooks.estimate_tokens([compaction])[0]
+        old_tokens += self._pinned_tokens(cache, work.state)
+        new_tokens = self.hooks.estimate_tokens([compaction])[0] + self._pinned_tokens(cache, state)
         if new_tokens >= old_tokens + replaced:
             return (
                 f"loop guard: the summary ({new_tokens} tokens) is larger than what it replaces "
@@ -240,8 +241,11 @@ class TierRunner:
         dropped = 0
         for _ in range(3):  # the compaction message depends on what is dropped: settle it
             state = self._truncated_state(cache, work, min(dropped, work.stable))
-            compaction = self.compaction_message(work.session_id, state) if state.covered else None
-            pinned = [*head, compaction] if compaction is not None else head
+            compaction = (
+                self.compaction_message(work.session_id, state, cache.request_for(state)) if state.covered else None
+            )
+            request = cache.pinned_for(state)
+            pinned = [*head, *([request] if request is not None else []), *([compaction] if compaction else [])]
             result = self.hooks.fallback_compact(
                 pinned + work.uncovered, len(pinned), budget, self.config.context_window
             )
@@ -359,12 +363,16 @@ class TierRunner:
         config = self.config
         return max(min(config.max_summary_tokens, int(config.summary_share * config.context_window)), 200)
 
-    def compaction_message(self, session_id: str, state: SessionState) -> Message:
-        """The ``[Context Compaction]`` message that stands for what ``state`` covers."""
+    def compaction_message(self, session_id: str, state: SessionState, request: str | None = None) -> Message:
+        """The ``[Context Compaction]`` message that stands for what ``state`` covers; with
+        ``request`` (the user's request, pinned as a message of its own before it), its intent
+        says where the request is instead of repeating it."""
         todo = self.hooks.todo_context(session_id) if session_id else []
         anchors, prose = anchor_fns.fit_summary(
             state.anchors or anchor_fns.empty_anchors(), state.summary or "", self.summary_budget * 4
         )
+        if request:
+            anchors = anchor_fns.without_request(anchors, request)
         text = anchor_fns.compaction_message_text(
             anchors,
             prose,
@@ -374,21 +382,26 @@ class TierRunner:
         )
         return Message(role="user", content=self.secrets.redact(text))
 
-    def compaction_message_for(self, session_id: str) -> Callable[[SessionState], Message]:
-        return lambda state: self.compaction_message(session_id, state)
+    def compaction_message_for(self, session_id: str) -> Callable[[SessionState, str | None], Message]:
+        return lambda state, request: self.compaction_message(session_id, state, request)
 
     def view_tokens(self, cache: SessionCache, work: TurnWork) -> int:
         """Tokens of the view as it stands (counted once per message, kept in step)."""
         if work.fallback_view is not None:
             return sum(self.hooks.estimate_tokens(work.fallback_view))
         compaction = self.hooks.estimate_tokens([work.compaction])[0] if work.compaction is not None else 0
+        compaction += self._pinned_tokens(cache, work.state)
         return corrected(cache.system_tokens, self.ratio) + compaction + sum(work.counts)
 
     def assemble(self, cache: SessionCache, work: TurnWork) -> list[Message]:
-        """The view as it stands: the fallback's, or system, compaction message and uncovered."""
+        """The view as it stands: the fallback's, or system, pinned request, compaction message and
+        uncovered."""
         if work.fallback_view is not None:
             return list(work.fallback_view)
         view = [cache.system] if cache.system is not None else []
+        request = cache.pinned_for(work.state)
+        if request is not None:
+            view.append(request)
         if work.compaction is not None:
             view.append(work.compaction)
         return view + work.uncovered
@@ -400,6 +413,10 @@ class TierRunner:
         originals = cache.originals(work.state.covered, stable, work.uncovered[stable:count])
         facts = extract_facts(originals, intent_limit=self.config.intent_max_chars)
         return attrs.evolve(facts, user_request=cache.first_request)
+
+    def _pinned_tokens(self, cache: SessionCache, state: SessionState) -> int:
+        request = cache.pinned_for(state)
+        return self.hooks.estimate_tokens([request])[0] if request is not None else 0
 
     def _tail_start(self, work: TurnWork) -> int:
         """Where the protected tail begins: never inside a tool call's results."""

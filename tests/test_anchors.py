@@ -21,7 +21,7 @@ from progressive_compactor.anchors import (
     parse_markdown,
 )
 from progressive_compactor.models import NOT_AVAILABLE, Anchor, AnchorType, Facts
-from progressive_compactor.testing import RecordingSummarizer, build_history, tool_turn, window_for
+from progressive_compactor.testing import RecordingSummarizer, build_history, compaction_message, tool_turn, window_for
 
 FULL_TEXT = """## User Intent
 Fix the parser bug.
@@ -240,7 +240,7 @@ def test_a_parse_anchors_plugin_replaces_the_markdown_reader(make_compactor):
     assert len(plugin.texts) == 1
     assert by_type(record.anchors)[AnchorType.KEY_DECISION] == "KEY_DECISION"
     assert record.summary_text == "PROSE"
-    assert "## Summary\nPROSE" in view[1]["content"]
+    assert "## Summary\nPROSE" in compaction_message(view)["content"]
     assert record.errors == ()
 
 

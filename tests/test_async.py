@@ -11,6 +11,7 @@ import pytest
 from fake_provider import FULL_ROUNDS, MARKER, Behaviour, FakeProvider, compactor_settings, synthetic_history
 from progressive_compactor import EMERGENCY_ERROR, AsyncSession, CompactionTier, ProgressiveCompactor
 from progressive_compactor.messages import message_from_dict, view_problems
+from progressive_compactor.testing import compaction_message
 
 SESSIONS = 50
 
@@ -55,7 +56,7 @@ def test_fifty_sessions_each_get_their_own_summary(fake, tmp_path, protocol):
         assert record.session_id == sid
         assert record.tier is CompactionTier.FULL and record.errors == ()
         assert set(MARKER.findall(record.summary_text)) == {own}
-        compaction = view[1]["content"]
+        compaction = compaction_message(view)["content"]
         assert "[Context Compaction]" in compaction
         assert set(MARKER.findall(compaction)) == {own}
         assert record.summarizer_tokens_in > 0 and record.summarizer_tokens_out > 0

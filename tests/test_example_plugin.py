@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from progressive_compactor import CompactionTier, ConfigError, ProgressiveCompactor
 from progressive_compactor.cli.app import cli as main
 from progressive_compactor.plugin_manager import installed_plugins
-from progressive_compactor.testing import build_history, window_for
+from progressive_compactor.testing import build_history, compaction_message, window_for
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "compactor-example-plugin"
 DISTRIBUTION = "compactor-example-plugin"
@@ -95,7 +95,7 @@ def test_selected_from_yaml_it_replaces_the_summarizer_and_the_store(example_plu
     assert record.tier is CompactionTier.FULL
     assert record.plugins["summarizer"] == "example-headline"
     assert record.summary_text.startswith("Headline summary: 19 messages folded in")
-    assert "Headline summary" in view[1]["content"]
+    assert "Headline summary" in compaction_message(view)["content"]
     # The headline cut the request to 80 characters; the core puts it back whole (the core's own facts).
     assert record.anchors[0].content.startswith(history[1]["content"] + "\n")
 

@@ -28,7 +28,7 @@ from progressive_compactor.facts import (
 from progressive_compactor.messages import messages_from_dicts, text_of
 from progressive_compactor.models import AnchorType, Facts
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
-from progressive_compactor.testing import RecordingSummarizer, build_history, tool_turn, window_for
+from progressive_compactor.testing import RecordingSummarizer, build_history, compaction_message, tool_turn, window_for
 
 
 def call(call_id, name, **arguments):
@@ -278,7 +278,7 @@ def test_a_failed_command_reaches_the_tried_solutions_anchor(make_compactor):
     view, record = compactor.compact_with_record(history)
     tried = record.anchors[3]
     assert "cat file_call_0.py" in tried.content and "ImportError: no module named foo" in tried.content
-    assert "ImportError: no module named foo" in view[1]["content"]
+    assert "ImportError: no module named foo" in compaction_message(view)["content"]
 
 
 def test_the_intent_is_bounded_by_intent_max_chars(make_compactor):

@@ -15,7 +15,7 @@ from progressive_compactor.messages import message_from_dict
 from progressive_compactor.models import Message
 from progressive_compactor.plugins import offload_files
 from progressive_compactor.plugins.offload_files import PLACEHOLDER_PREFIX, FileOffloader
-from progressive_compactor.testing import build_history, filler, problems, tool_turn, window_for
+from progressive_compactor.testing import build_history, compaction_message, filler, problems, tool_turn, window_for
 from progressive_compactor.tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
 
 TAIL = 6
@@ -332,7 +332,7 @@ def test_handles_in_the_compaction_message_read_back_the_original(make_compactor
     compactor = make_compactor(context_window=window_for(history, 0.85))
     view, record = compactor.compact_with_record(history)
     for entry in record.offloaded:
-        assert f"- {entry.handle}" in view[1]["content"]
+        assert f"- {entry.handle}" in compaction_message(view)["content"]
         original = next(m["content"] for m in history if m.get("tool_call_id") == entry.tool_call_id)
         assert compactor.read_tool_result(entry.handle) == original
         assert Path(entry.path).read_bytes() == original.encode()

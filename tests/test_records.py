@@ -364,3 +364,9 @@ def test_secrets_never_reach_the_records(make_compactor, tmp_path):
     assert "sk-THE-SECRET-VALUE" not in (tmp_path / "records" / "test-session.jsonl").read_text()
     assert "sk-THE-SECRET-VALUE" not in record.summary_text
     assert "[REDACTED]" in view[1]["content"]
+    # The default config pins the request as a message of its own: masked there too.
+    pinned = make_compactor("default", context_window=window_for(history, 0.85))
+    pinned.secrets.add("sk-THE-SECRET-VALUE")
+    view = pinned.compact(history)
+    assert view[1]["content"] == history[1]["content"].replace("sk-THE-SECRET-VALUE", "[REDACTED]")
+    assert "sk-THE-SECRET-VALUE" not in str(view[:3])

@@ -18,10 +18,10 @@ from progressive_compactor import (
     SessionState,
     hookimpl,
 )
-from progressive_compactor.anchors import COMPACTION_MARKER
 from progressive_compactor.testing import (
     RecordingSummarizer,
     build_history,
+    compaction_message,
     estimate,
     fallback_bound,
     problems,
@@ -108,8 +108,7 @@ def test_the_todo_injector_text_appears_in_the_compaction_message(make_compactor
         context_window=window_for(history, 0.85), todo_injector=lambda: "- [x] reproduce\n- [ ] fix the parser"
     )
     view, _ = compactor.compact_with_record(history)
-    assert view[1]["content"].startswith(COMPACTION_MARKER)
-    assert "## Todo\n- [x] reproduce\n- [ ] fix the parser" in view[1]["content"]
+    assert "## Todo\n- [x] reproduce\n- [ ] fix the parser" in compaction_message(view)["content"]
 
 
 def test_a_todo_context_plugin_gets_the_session_id(make_compactor, history):
@@ -119,7 +118,7 @@ def test_a_todo_context_plugin_gets_the_session_id(make_compactor, history):
             return f"todos of {session_id}"
 
     compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("todos", Todos())])
-    assert "todos of ticket-9" in compactor.compact(history, "ticket-9")[1]["content"]
+    assert "todos of ticket-9" in compaction_message(compactor.compact(history, "ticket-9"))["content"]
 
 
 def test_the_memory_extractor_sees_exactly_the_summarized_messages(make_compactor, history):
@@ -284,7 +283,7 @@ def test_a_second_process_continues_from_the_saved_state(make_compactor, history
     view2, record2 = second.compact_with_record(history)
     assert record2.tier is CompactionTier.NONE
     assert summarizer.calls == 1
-    assert view2[1] == view[1]  # the same compaction message, rebuilt from the saved state
+    assert compaction_message(view2) == compaction_message(view)  # rebuilt from the saved state
     assert view2[2:] == history[-(6 + 2) :]
     assert second.state().covered == first.state().covered == 15
 
@@ -473,9 +472,9 @@ def test_a_worker_that_loses_the_compare_and_set_starts_over_from_the_stored_sta
     assert lost.tier is CompactionTier.NONE and lost.summarizer_calls == 1 and lost.errors == ()
     stored = worker_b.state()
     assert stored.version == 1 and "B-SUMMARY" not in stored.summary
-    assert view_b == worker_a.compact(history) and "B-SUMMARY" not in view_b[1]["content"]
+    assert view_b == worker_a.compact(history) and "B-SUMMARY" not in compaction_message(view_b)["content"]
     history += tool_turn("next", 300)
     view_b, record_b = worker_b.compact_with_record(history)
     view_a, _ = worker_a.compact_with_record(history)
     assert record_b.tier is CompactionTier.NONE and record_b.errors == ()
-    assert view_b == view_a and "B-SUMMARY" not in view_b[1]["content"]
+    assert view_b == view_a and "B-SUMMARY" not in compaction_message(view_b)["content"]

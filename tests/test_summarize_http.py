@@ -39,6 +39,7 @@ from progressive_compactor.messages import message_from_dict, to_anthropic, view
 from progressive_compactor.models import AnchorType, CompactionRecord, Facts, Message, SummaryRequest
 from progressive_compactor.plugins.summarize_anthropic import AnthropicSummarizer
 from progressive_compactor.plugins.summarize_openai import OpenAISummarizer
+from progressive_compactor.testing import compaction_message
 
 PROTOCOLS = ["openai", "anthropic"]
 MODES = ["sync", "async"]
@@ -113,7 +114,7 @@ def test_success_stores_usage_and_anchors(fake, tmp_path, protocol, mode):
     assert "SESSION-MARKER-ok" in record.summary_text
     assert record.tokens_after < record.tokens_before
     assert_valid(view)
-    assert "[Context Compaction]" in view[1]["content"]
+    assert "[Context Compaction]" in compaction_message(view)["content"]
 
 
 def test_openai_request_shape(fake, tmp_path, monkeypatch):

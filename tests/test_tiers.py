@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SessionState, load_config
-from progressive_compactor.anchors import COMPACTION_MARKER
+from progressive_compactor.anchors import COMPACTION_MARKER, PINNED_REQUEST_NOTE
 from progressive_compactor.models import AnchorType
 from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
 from progressive_compactor.testing import (
@@ -366,6 +366,30 @@ def test_the_second_summary_gets_the_previous_one_and_only_uncovered_messages(ma
     # The user's request, covered by the first summary, survives the second one.
     assert records[-1].anchors[0].type is AnchorType.USER_INTENT
     assert history[1]["content"] in records[-1].anchors[0].content
+
+
+def test_the_request_is_pinned_before_the_compaction_message_and_not_repeated(make_compactor, history, summarizer):
+    _, view, record = run(make_compactor, history, 0.85, summarizer, pin_request=True)  # the default's
+    request = history[1]["content"]
+    assert view[1] == {"role": "user", "content": request}
+    assert view[2]["content"].startswith(COMPACTION_MARKER) and view[3:] == history[-TAIL:]
+    assert PINNED_REQUEST_NOTE in view[2]["content"] and request not in view[2]["content"]
+    assert request in record.anchors[0].content  # the state and the record keep the whole intent
+    assert problems(view) == []
+
+
+def test_the_pinned_request_stays_in_the_cached_prefix_across_compactions(make_compactor, history, summarizer):
+    compactor, first_view, _ = run(make_compactor, history, 0.85, summarizer, pin_request=True)
+    records = grow(compactor, history, 40, until=lambda record: record.summarizer_calls > 0)
+    view = compactor.compact(history)
+    assert summarizer.calls == 2 and view[:2] == first_view[:2]
+    assert records[-1].cache_stable_prefix_tokens >= estimate(view[:2])  # system and request stay cached
+
+
+def test_classic_keeps_the_request_in_the_compaction_message(make_compactor, history, summarizer):
+    _, view, _ = run(make_compactor, history, 0.85, summarizer)  # classic: pin_request false
+    assert view[1]["content"].startswith(COMPACTION_MARKER) and history[1]["content"] in view[1]["content"]
+    assert view[2:] == history[-TAIL:]
 
 
 # --- loop guard -----------------------------------------------------------------------------

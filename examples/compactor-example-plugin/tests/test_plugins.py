@@ -8,7 +8,7 @@ import sqlite3
 from compactor_example_plugin.headline import MARKER
 from compactor_example_plugin.sqlite_store import SqliteStore
 from progressive_compactor import CompactionTier
-from progressive_compactor.testing import build_history, window_for
+from progressive_compactor.testing import build_history, compaction_message, window_for
 
 
 def test_headline_summarizer_writes_one_line_anchors(compactor_factory):
@@ -22,7 +22,7 @@ def test_headline_summarizer_writes_one_line_anchors(compactor_factory):
     assert record.tier is CompactionTier.FULL
     assert record.plugins["summarizer"] == "example-headline"
     assert record.summary_text.startswith(MARKER)
-    assert MARKER in view[1]["content"]
+    assert MARKER in compaction_message(view)["content"]
     assert all("\n" not in a.content for a in record.anchors[1:])
     assert record.anchors[0].content.startswith(history[1]["content"][:50])
 
