@@ -264,7 +264,7 @@ def test_live_records_price_the_summarizer_as_a_replay_does(tmp_path):
     from progressive_compactor.lab.replay import replay_session
 
     path = experiment_file(tmp_path, "trial", (1.0, 0.0))
-    history = build_history([4000] * 8, id_prefix="s_")
+    history = build_history([2000] * 10, id_prefix="s_")
     history.append({"role": "assistant", "content": "Done."})
     with ExperimentCompactor(path) as compactor:  # a view before each assistant message, as a replay
         for end in range(2, len(history), 2):

@@ -142,14 +142,14 @@ def test_a_key_planted_everywhere_reaches_no_file_the_compactor_or_the_cli_write
         )
         # A 200 reply that echoes the key (upper-cased, then cut by a truncation) becomes the
         # summary; an error reply that quotes it back becomes a record's error and a log line.
-        fake.push(Behaviour("ok"), Behaviour("ok", echo_key=True))
+        fake.push(Behaviour("ok", echo_key=True))
         compactor = ProgressiveCompactor(str(config))
         seen = []
         for cut in range(6, len(history) + 1, 2):
             view, record = compactor.compact_with_record(history[:cut], "leaky")
             seen.append(record)
         fake.push(Behaviour("status", status=500, echo_key=True))
-        failed = compactor.compact_with_record(history[:8], "failing")[1]
+        failed = compactor.compact_with_record(history[:12], "failing")[1]  # a Full, with a summary
         compactor.close()
         assert any(r.offloaded for r in seen)
         echoed = [r for r in seen if r.summarizer_calls and not r.fallback]

@@ -14,10 +14,12 @@ Token targets the core guarantees (tokens as ``tokens-chars`` counts them):
 from __future__ import annotations
 
 import copy
+import json
 import os
 import tempfile
+from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from progressive_compactor import CompactionTier
@@ -188,6 +190,10 @@ def test_every_view_is_valid_and_fits_its_tier_turn_by_turn(history, window, min
     max_examples=EXAMPLES or 60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(history=histories(), window=st.integers(1000, 40_000))
+# Found by a long fuzz run: a summary the loop guard rejected, then a truncation that dropped
+# nothing (only a long tool call argument was shortened), so the next call asked the summarizer
+# again for the same messages.
+@example(**json.loads((Path(__file__).parent / "data" / "fuzz_rejected_summary.json").read_text("utf-8")))
 def test_a_whole_history_at_once_is_valid_and_fits(history, window):
     with tempfile.TemporaryDirectory() as tmp:
         compactor = make_compactor(tmp, context_window=window)

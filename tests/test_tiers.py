@@ -398,6 +398,19 @@ def test_classic_keeps_the_request_in_the_compaction_message(make_compactor, his
 BLOATED = "## User Intent\n" + "very long summary " * 20_000
 
 
+def test_a_head_smaller_than_any_summary_costs_no_summarizer_call(make_compactor, summarizer):
+    """At a tiny window the head may be the four-token request alone: no summary can replace it
+    with less, so the summarizer is not called (found by the fuzz tests: it was called on every
+    turn, each time to be rejected by the loop guard)."""
+    history = build_history([100, 2700], request="Fix the bug.")
+    compactor = make_compactor("default", context_window=1000, extra_plugins=[("recording", summarizer)])
+    for _ in range(2):
+        view, record = compactor.compact_with_record(history)
+        assert record.tier is CompactionTier.EMERGENCY and problems(view) == []
+        assert record.summarizer_calls == 0 and summarizer.calls == 0
+        assert any("no larger than an empty compaction message" in e for e in record.escalations)
+
+
 def test_a_summary_larger_than_what_it_replaces_is_rejected(make_compactor, history):
     bloated = RecordingSummarizer(text=BLOATED)
     _, view, record = run(make_compactor, history, 0.75, bloated)
