@@ -108,9 +108,6 @@ class SessionCache:
         """Where the user's request is in ``settled``: once a summary covers it, the view carries
         it as a message of its own after the system message (:meth:`pinned_for`)."""
         self._pinned: tuple[Message, dict[str, Any], int] | None = None
-        self.rejected_summary_end = 0
-        """Where the last summary the loop guard rejected (larger than what it replaced) ended: a
-        summary is not asked again until there is more to fold (kept in this process only)."""
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
         self._recent_key: tuple[Any, ...] | None = None

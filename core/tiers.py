@@ -179,18 +179,15 @@ class TierRunner:
         replaced = sum(work.counts[:count])
         old_tokens = sum(self.hooks.estimate_tokens([work.compaction])) if work.compaction else 0
         old_tokens += self._pinned_tokens(cache, work.state)
-        least = self._least_compaction_tokens(cache, work, count)
-        end = work.state.covered + count
+        facts = self._facts(cache, work, count)
+        least = self._least_compaction_tokens(cache, work, count, facts)
         if old_tokens + replaced <= least:  # no summary can be smaller: spare the summarizer call
             return (
                 f"loop guard: what a summary would replace ({old_tokens + replaced} tokens) is no larger "
-                f"than an empty compaction message ({least} tokens)",
+                f"than the compaction message would be with nothing new but the facts ({least} tokens)",
                 True,
             )
-        if end <= cache.rejected_summary_end:  # not worth paying for the same rejection every turn
-            return "loop guard: a summary of these messages came back larger than them on an earlier turn", True
         self.hooks.extract_memory(messages, work.session_id)
-        facts = self._facts(cache, work, count)
         previous = work.state
         request = SummaryRequest(
             messages=tuple(messages),
@@ -224,7 +221,6 @@ class TierRunner:
         compaction = self.compaction_message(work.session_id, state, cache.request_for(state))
         new_tokens = self.hooks.estimate_tokens([compaction])[0] + self._pinned_tokens(cache, state)
         if new_tokens >= old_tokens + replaced:
-            cache.rejected_summary_end = max(cache.rejected_summary_end, end)
             return (
                 f"loop guard: the summary ({new_tokens} tokens) is larger than what it replaces "
                 f"({old_tokens + replaced} tokens)",
@@ -425,12 +421,15 @@ class TierRunner:
         facts = extract_facts(originals, intent_limit=self.config.intent_max_chars)
         return attrs.evolve(facts, user_request=cache.first_request)
 
-    def _least_compaction_tokens(self, cache: SessionCache, work: TurnWork, count: int) -> int:
+    def _least_compaction_tokens(self, cache: SessionCache, work: TurnWork, count: int, facts: Facts) -> int:
         """Tokens of the smallest view head a summary of ``count`` more messages can leave: the
-        compaction message with every anchor empty, and the pinned request."""
-        state = attrs.evolve(work.state, covered=work.state.covered + count, summary=None, anchors=())
-        empty = self.compaction_message(work.session_id, state, cache.request_for(state))
-        return self.hooks.estimate_tokens([empty])[0] + self._pinned_tokens(cache, state)
+        compaction message if the summarizer added nothing (the previous summary and anchors with
+        the facts of these messages, which the core always adds), and the pinned request."""
+        previous = work.state
+        anchors = anchor_fns.ensure_facts(anchor_fns.complete(previous.anchors), facts)
+        state = attrs.evolve(previous, covered=previous.covered + count, anchors=anchors)
+        least = self.compaction_message(work.session_id, state, cache.request_for(state))
+        return self.hooks.estimate_tokens([least])[0] + self._pinned_tokens(cache, state)
 
     def _pinned_tokens(self, cache: SessionCache, state: SessionState) -> int:
         request = cache.pinned_for(state)

@@ -106,12 +106,14 @@ class CostPolicy:
         tail = tokens / max(turn.view_messages, 1) * self.context.config.min_tail_messages
         summary = (len(state.summary or "") + sum(len(a.content) for a in state.anchors)) / 4 or c.summary_tokens
         landing = summary + tail + c.keep_share * tokens
+        # A pinned request stays in the provider's cache: the break re-reads the rest of the landing.
+        pinned = len(state.anchors[0].content) / 4 if state.anchors and self.context.config.pin_request else 0.0
         cached = max(prices.cached_input, 1e-9)
         fresh = prices.cache_write if prices.cache_write is not None else prices.input
         one_off = (
             c.summary_tokens * prices.summarizer_output
             + c.request_tokens * prices.summarizer_input
-            + landing * max(fresh - prices.cached_input, 0.0)
+            + max(landing - pinned, 0.0) * max(fresh - prices.cached_input, 0.0)
         )
         interval = math.sqrt(2 * growth * one_off / cached)
         # Hysteresis: whatever the arithmetic says, the view grows for a few calls past where the

@@ -408,7 +408,7 @@ def test_a_head_smaller_than_any_summary_costs_no_summarizer_call(make_compactor
         view, record = compactor.compact_with_record(history)
         assert record.tier is CompactionTier.EMERGENCY and problems(view) == []
         assert record.summarizer_calls == 0 and summarizer.calls == 0
-        assert any("no larger than an empty compaction message" in e for e in record.escalations)
+        assert any("is no larger than the compaction message would be" in e for e in record.escalations)
 
 
 def test_a_summary_larger_than_what_it_replaces_is_rejected(make_compactor, history):
