@@ -16,6 +16,7 @@ Summary text carries one Markdown section per anchor, then the prose::
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Sequence
 
@@ -307,14 +308,19 @@ def without_request(anchors: Sequence[Anchor], request: str) -> tuple[Anchor, ..
     """``anchors`` with the lines of the user's request taken out of the intent, which says where
     the request is instead: a message of its own before the compaction message, which never
     changes, so that a provider's prompt cache keeps it across compactions."""
+    return tuple(
+        Anchor(a.type, _intent_without(a.content, request)) if a.type is AnchorType.USER_INTENT else a
+        for a in complete(anchors)
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _intent_without(intent: str, request: str) -> str:
+    """The intent's lines that are not the request's, after the note (the same texts on every
+    turn of a session: cached)."""
     request_lines = set(_lines(request))
-    result = []
-    for a in complete(anchors):
-        if a.type is AnchorType.USER_INTENT:
-            rest = [line for line in _lines(a.content) if line not in request_lines and line != NOT_AVAILABLE]
-            a = Anchor(a.type, "\n".join([PINNED_REQUEST_NOTE, *rest]))
-        result.append(a)
-    return tuple(result)
+    rest = [line for line in _lines(intent) if line not in request_lines and line != NOT_AVAILABLE]
+    return "\n".join([PINNED_REQUEST_NOTE, *rest])
 
 
 def compaction_message_text(

@@ -180,7 +180,7 @@ class TierRunner:
         old_tokens = sum(self.hooks.estimate_tokens([work.compaction])) if work.compaction else 0
         old_tokens += self._pinned_tokens(cache, work.state)
         facts = self._facts(cache, work, count)
-        least = self._least_compaction_tokens(cache, work, count, facts)
+        least = self._least_compaction_tokens(cache, work, count, facts) if replaced <= _growth_bound(facts) else 0
         if old_tokens + replaced <= least:  # no summary can be smaller: spare the summarizer call
             return (
                 f"loop guard: what a summary would replace ({old_tokens + replaced} tokens) is no larger "
@@ -450,6 +450,14 @@ class TierRunner:
         if index <= limit and (index >= len(messages) or messages[index].role != "tool"):
             return index
         return group_start(messages, count)
+
+
+def _growth_bound(facts: Facts) -> int:
+    """Tokens by which a compaction message can at most grow when nothing but ``facts`` is added
+    (its headings, the listed handles and the pinned request included, with room to spare): a
+    fold of more tokens always leaves the view smaller, so its exact floor need not be computed."""
+    texts = (*facts.files_created, *facts.files_edited, *facts.files_read, *facts.failed_commands, *facts.decisions)
+    return (sum(map(len, texts)) + len(facts.next_step or "") + len(facts.user_request or "")) // 4 + 1000
 
 
 def _suffix_start(items: Sequence[Message], kept: Sequence[Message]) -> int | None:
