@@ -243,6 +243,7 @@ class SessionCache:
         return self.first_request if self.pinned_for(state) is not None else None
 
     def pinned_tokens(self, state: SessionState) -> int:
+        """Tokens of the pinned request in ``state``'s view (0 when it is not pinned)."""
         return self._pinned[2] if self.pinned_for(state) is not None and self._pinned is not None else 0
 
     def refresh(self, state: SessionState, compaction_message: Callable[[SessionState, str | None], Message]) -> None:
@@ -254,7 +255,7 @@ class SessionCache:
             self.uncovered_end = state.covered
             self.pinned = self.pinned_for(state)
             if state.covered:
-                self.compaction = compaction_message(state, self.first_request if self.pinned else None)
+                self.compaction = compaction_message(state, self.request_for(state))
                 self.compaction_dict = message_to_dict(self.compaction)
                 self.compaction_tokens = self.estimate([self.compaction])[0] + self.pinned_tokens(state)
             else:

@@ -11,6 +11,7 @@ import pytest
 from progressive_compactor import CompactorConfig, ConfigError, PluginSelection, ProgressiveCompactor, load_config
 from progressive_compactor.config import BUNDLED, config_to_dict, deep_merge
 from progressive_compactor.plugins.offload_files import FileOffloader
+from progressive_compactor.plugins.policy_cost import CostPolicy
 from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
 from progressive_compactor.validation import config_from_dict
 
@@ -319,3 +320,22 @@ def test_secrets_are_named_not_written():
     for name in BUNDLED_FILES:
         text = resources.files("progressive_compactor.configs").joinpath(f"{name}.yaml").read_text()
         assert "sk-" not in text and "api_key:" not in text, name
+
+
+@pytest.mark.parametrize("name", ["fleet-sqlite", "fleet-postgres", "fleet-redis"])
+def test_a_fleet_config_is_the_default_policy_with_shared_stores(name):
+    fleet, default = load_config(name), load_config("default")
+    shared = {"state": default.plugins.state, "offload": default.plugins.offload, "stores": default.plugins.stores}
+    assert attrs.evolve(fleet.plugins, **shared) == default.plugins
+    assert fleet.min_tail_messages == default.min_tail_messages and fleet.pin_request == default.pin_request
+    for block in ("tier-soft", "tier-warn", "summarize-extractive"):
+        assert fleet.plugin_block(block) == default.plugin_block(block), block
+    # default.yaml writes out policy-cost's own defaults, which a fleet config leaves implicit
+    assert CostPolicy.Config(**default.plugin_block("policy-cost")) == CostPolicy.Config()
+    assert CostPolicy.Config(**fleet.plugin_block("policy-cost")) == CostPolicy.Config()
+
+
+def test_cache_aware_runs_the_thresholds_it_configures():
+    config = load_config("cache-aware")
+    assert config.plugins.policy == "policy-thresholds"
+    assert config.plugin_block("policy-thresholds")["soft"] == config.plugin_block("policy-thresholds")["full"]
