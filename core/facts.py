@@ -135,7 +135,8 @@ _EDIT_PATTERNS = (
     ("patch", re.compile(r"\bpatch\s+(?:-p\d\s+)?([^\s;&|<]+)")),
 )
 _READ_COMMANDS = {"cat", "head", "tail", "less", "more", "nl", "view", "open", "bat"}
-_READ_WORDS = (*_READ_COMMANDS, "sed")
+_READ_WORDS = frozenset({*_READ_COMMANDS, "sed"})
+"""A read command, or ``sed`` (``sed -n`` prints a file)."""
 
 
 def _matches(literal: str, pattern: re.Pattern[str], text: str) -> Iterator[str]:
@@ -190,7 +191,7 @@ def _files_in_command(command: str) -> tuple[list[str], list[str], list[str]]:
         return created, edited, read
     for segment in _segments(command):
         first = segment.split(None, 1)
-        if not first or (first[0] not in _READ_COMMANDS and first[0] != "sed"):
+        if not first or first[0] not in _READ_WORDS:
             continue
         words = segment.split()
         if "'" in segment or '"' in segment:
