@@ -89,7 +89,7 @@ from .storage import (
     write_private,
 )
 from .thresholds import THRESHOLD_NAMES, check_thresholds, thresholds_of, tier_for_share
-from .tools import PLACEHOLDER_PREFIX, head_lines, offload_handles, placeholder
+from .tools import PLACEHOLDER_PREFIX, OffloadText, head_lines, offload_handles, offload_text, placeholder
 
 if TYPE_CHECKING:
     from .stores import (
@@ -146,6 +146,7 @@ __all__ = [
     "Message",
     "OffloadEntry",
     "OffloadError",
+    "OffloadText",
     "ParsedSummary",
     "PluginContext",
     "PluginError",
@@ -191,6 +192,7 @@ __all__ = [
     "message_to_dict",
     "newest_mtime",
     "offload_handles",
+    "offload_text",
     "parse_markdown",
     "placeholder",
     "private_dir",

@@ -11,12 +11,17 @@ if call["function"]["name"] == "read_tool_result":
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from .errors import CompactorError
-from .models import OffloadEntry
+from .messages import text_of
+from .models import Message, OffloadEntry
 from .storage import safe_name
 
 PLACEHOLDER_PREFIX = "[Tool result offloaded"
@@ -89,6 +94,45 @@ def placeholder(entry: OffloadEntry, text: str, preview_lines: int, preview_char
         f'[Full text: call read_tool_result with {{"handle": "{entry.handle}"}}, '
         "optionally with start_line and end_line.]"
     )
+
+
+@attrs.frozen
+class OffloadText:
+    """A tool result an offloader is to keep, as every built-in offloader reads it: the text with
+    secrets masked, its UTF-8 bytes and their sha256, and the length of the original (what leaves
+    the context; the core matches the entry to its message by it)."""
+
+    tool_call_id: str
+    text: str
+    data: bytes
+    sha256: str
+    chars: int
+
+    def entry(self, handle: str, path: str, preview_lines: int, preview_chars: int) -> OffloadEntry:
+        """The entry for this text kept under ``handle`` at ``path``, with its placeholder."""
+        entry = OffloadEntry(
+            tool_call_id=self.tool_call_id,
+            handle=handle,
+            path=path,
+            chars=self.chars,
+            lines=self.text.count("\n") + 1,
+            sha256=self.sha256,
+        )
+        return attrs.evolve(entry, placeholder=placeholder(entry, self.text, preview_lines, preview_chars))
+
+
+def offload_text(message: Message, threshold: int, redact: Callable[[str], str]) -> OffloadText | None:
+    """What to keep of ``message``, or None when it is not a tool result longer than
+    ``threshold`` characters (or is a placeholder already)."""
+    tool_call_id = message.tool_call_id
+    if message.role != "tool" or not tool_call_id:
+        return None
+    text = text_of(message)
+    if len(text) <= threshold or text.startswith(PLACEHOLDER_PREFIX):
+        return None
+    masked = redact(text)
+    data = masked.encode("utf-8", "surrogatepass")
+    return OffloadText(tool_call_id, masked, data, hashlib.sha256(data).hexdigest(), len(text))
 
 
 def offload_handles(session_id: str, tool_call_id: str, sha256: str) -> tuple[str, str]:

@@ -13,7 +13,6 @@ reports real ids.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -21,7 +20,6 @@ from pathlib import Path
 import attrs
 
 from progressive_compactor.plugin import (
-    PLACEHOLDER_PREFIX,
     Message,
     OffloadEntry,
     OffloadError,
@@ -31,12 +29,11 @@ from progressive_compactor.plugin import (
     create_private,
     hookimpl,
     newest_mtime,
-    placeholder,
+    offload_text,
     read_private,
     remove,
     safe_name,
     setting_check,
-    text_of,
     write_private,
 )
 
@@ -86,34 +83,17 @@ class FileOffloader:
 
     @hookimpl(trylast=True)
     def offload(self, message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
-        tool_call_id = message.tool_call_id
-        if message.role != "tool" or not tool_call_id:
+        kept = offload_text(message, threshold, self.context.secrets.redact)
+        if kept is None:
             return None
-        text = text_of(message)
-        if len(text) <= threshold or text.startswith(PLACEHOLDER_PREFIX):
-            return None
-        chars = len(text)  # what leaves the context; the core matches the entry to its message by it
-        text = self.context.secrets.redact(text)
-        data = text.encode("utf-8", "surrogatepass")
-        sha = hashlib.sha256(data).hexdigest()
         try:
-            path, handle = self._store(session_id, tool_call_id, data, sha)
+            path, handle = self._store(session_id, kept.tool_call_id, kept.data, kept.sha256)
         except (OSError, StorageError) as exc:
             where = self.session_dir(session_id)
             raise OffloadError(
                 f"cannot write in {where}: {getattr(exc, 'strerror', None) or exc}", path=str(where)
             ) from exc
-        entry = OffloadEntry(
-            tool_call_id=tool_call_id,
-            handle=handle,
-            path=str(path),
-            chars=chars,
-            lines=text.count("\n") + 1,
-            sha256=sha,
-        )
-        return attrs.evolve(
-            entry, placeholder=placeholder(entry, text, self.config.preview_lines, self.config.preview_chars)
-        )
+        return kept.entry(handle, str(path), self.config.preview_lines, self.config.preview_chars)
 
     @hookimpl(trylast=True)
     def read_offloaded(self, handle: str) -> str | None:

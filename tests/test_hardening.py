@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from progressive_compactor import CompactionTier, ProgressiveCompactor, hookimpl
-from progressive_compactor.plugins.offload_files import PLACEHOLDER_PREFIX
+from progressive_compactor.plugin import PLACEHOLDER_PREFIX
 from progressive_compactor.testing import FixedPolicy, filler, problems, tool_call
 
 PASSED = "all 120 tests passed\n" + filler(5000, "a")

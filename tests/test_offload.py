@@ -13,8 +13,9 @@ import pytest
 from progressive_compactor import CompactionTier, CompactorError, Session, hookimpl
 from progressive_compactor.messages import message_from_dict
 from progressive_compactor.models import Message
+from progressive_compactor.plugin import PLACEHOLDER_PREFIX
 from progressive_compactor.plugins import offload_files
-from progressive_compactor.plugins.offload_files import PLACEHOLDER_PREFIX, FileOffloader
+from progressive_compactor.plugins.offload_files import FileOffloader
 from progressive_compactor.testing import build_history, compaction_message, filler, problems, tool_turn, window_for
 from progressive_compactor.tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
 

@@ -15,7 +15,6 @@ backend stores bytes and text. A backend implements ``load_state``, ``save_state
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -26,10 +25,9 @@ import attrs
 from ..converters import record_from_dict, record_to_json, state_from_json, state_to_json
 from ..errors import OffloadError, StorageError
 from ..hookspecs import hookimpl
-from ..messages import text_of
 from ..models import CompactionRecord, CompactionTier, Message, OffloadEntry, SessionInfo, SessionState
 from ..plugin_manager import PluginContext
-from ..tools import PLACEHOLDER_PREFIX, offload_handles, placeholder
+from ..tools import offload_handles, offload_text
 from .common import decode, encode, new_stamp, storable_json
 
 log = logging.getLogger("progressive_compactor")
@@ -160,39 +158,25 @@ class DatabaseOffloader(_DatabasePlugin):
 
     @hookimpl(trylast=True)
     def offload(self, message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
-        tool_call_id = message.tool_call_id
-        if message.role != "tool" or not tool_call_id:
+        kept = offload_text(message, threshold, self.context.secrets.redact)
+        if kept is None:
             return None
-        text = text_of(message)
-        if len(text) <= threshold or text.startswith(PLACEHOLDER_PREFIX):
-            return None
-        chars = len(text)  # what leaves the context; the core matches the entry to its message by it
-        text = self.context.secrets.redact(text)
-        data = encode(text)
-        sha = hashlib.sha256(data).hexdigest()
-        handles = offload_handles(session_id, tool_call_id, sha)
+        handles = offload_handles(session_id, kept.tool_call_id, kept.sha256)
         where = self.db.where(self.kind)
         try:
-            handle = self.db.offload(session_id, tool_call_id, handles, sha, data, chars)
+            handle = self.db.offload(session_id, kept.tool_call_id, handles, kept.sha256, kept.data, kept.chars)
         except StorageError as exc:
             raise OffloadError(str(exc), handle=handles[0], path=where) from exc
         if handle is None:
             raise OffloadError(
-                f"cannot keep the result of {tool_call_id!r}: {where} holds other texts under {' and '.join(handles)}",
+                f"cannot keep the result of {kept.tool_call_id!r}: {where} holds other texts under "
+                f"{' and '.join(handles)}",
                 handle=handles[0],
                 path=where,
             )
-        entry = OffloadEntry(
-            tool_call_id=tool_call_id,
-            handle=handle,
-            path=where,
-            chars=chars,
-            lines=text.count("\n") + 1,
-            sha256=sha,
-        )
         preview_lines = getattr(self.config, "preview_lines", 10)
         preview_chars = getattr(self.config, "preview_chars", 1500)
-        return attrs.evolve(entry, placeholder=placeholder(entry, text, preview_lines, preview_chars))
+        return kept.entry(handle, where, preview_lines, preview_chars)
 
     @hookimpl(trylast=True)
     def read_offloaded(self, handle: str) -> str | None:
