@@ -31,7 +31,8 @@ from integration_replay import (  # noqa: E402
     assert_tiers,
     check_request,
 )
-from progressive_compactor import CompactionTier  # noqa: E402
+from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
+from progressive_compactor.anchors import COMPACTION_MARKER  # noqa: E402
 from progressive_compactor.integrations.langchain import (  # noqa: E402
     CompactionMiddleware,
     ContextWindowExceededError,
@@ -287,3 +288,14 @@ def test_the_example_runs_offline():
     out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
     assert "Context compressed" in out.stdout + out.stderr
     assert "final answer: Fixed: the tests pass." in out.stdout
+
+
+def test_the_compaction_role_is_checked_and_applied_and_a_function_may_name_sessions(tmp_path):
+    compactor = ProgressiveCompactor("default", data_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="compaction_role must be 'human' or 'system', got 'user'"):
+        CompactionMiddleware(compactor, compaction_role="user")
+    compaction = {"role": "user", "content": COMPACTION_MARKER + "\nsummary"}
+    assert isinstance(from_dict(compaction, "system"), SystemMessage)
+    assert isinstance(from_dict(compaction), HumanMessage)
+    named = CompactionMiddleware(compactor, session_id=lambda request: f"ticket-{request}")
+    assert named.session_of(7) == "ticket-7"

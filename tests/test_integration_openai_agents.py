@@ -28,7 +28,8 @@ from integration_replay import (  # noqa: E402
     assert_tiers,
     request_in,
 )
-from progressive_compactor import CompactionTier  # noqa: E402
+from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
+from progressive_compactor.anchors import COMPACTION_MARKER  # noqa: E402
 from progressive_compactor.integrations.openai_agents import (  # noqa: E402
     ContextWindowExceededError,
     call_model_input_filter,
@@ -333,3 +334,15 @@ def test_the_example_runs_offline():
     out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
     assert "Context compressed" in out.stdout + out.stderr
     assert "final answer: Fixed: the tests pass." in out.stdout
+
+
+def test_the_compaction_role_is_checked_and_applied_and_a_function_may_name_sessions(tmp_path):
+    compactor = ProgressiveCompactor("default", data_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="compaction_role must be 'user' or 'system', got 'human'"):
+        call_model_input_filter(compactor, compaction_role="human")
+    compaction = {"role": "user", "content": COMPACTION_MARKER + "\nsummary"}
+    assert from_view([compaction], set(), "system")[0] == [{**compaction, "role": "system"}]
+    assert from_view([compaction], set())[0] == [compaction]
+    named = call_model_input_filter(compactor, session_id=lambda data: f"ticket-{data}")
+    assert named.session_of(7) == "ticket-7"
+    assert call_model_input_filter(compactor).session_of(7) == compactor.session_id

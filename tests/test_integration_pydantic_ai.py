@@ -38,7 +38,8 @@ from integration_replay import (  # noqa: E402
     ToolCrashed,
     assert_tiers,
 )
-from progressive_compactor import CompactionTier  # noqa: E402
+from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
+from progressive_compactor.anchors import COMPACTION_MARKER  # noqa: E402
 from progressive_compactor.integrations.pydantic_ai import (  # noqa: E402
     ContextWindowExceededError,
     async_history_processor,
@@ -346,3 +347,14 @@ def test_the_example_runs_offline():
     out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
     assert "Context compressed" in out.stdout + out.stderr
     assert "final answer: Fixed: the tests pass." in out.stdout
+
+
+def test_the_compaction_role_is_checked_and_applied(tmp_path):
+    compactor = ProgressiveCompactor("default", data_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="compaction_role must be 'user' or 'system', got 'human'"):
+        history_processor(compactor, compaction_role="human")
+    compaction = {"role": "user", "content": COMPACTION_MARKER + "\nsummary"}
+    (request,) = from_view([compaction], set(), "system")
+    assert [type(p).__name__ for p in request.parts] == ["SystemPromptPart"]
+    (request,) = from_view([compaction], set())
+    assert [type(p).__name__ for p in request.parts] == ["UserPromptPart"]

@@ -166,6 +166,37 @@ def failure_record(
     )
 
 
+class Adapter:
+    """What every framework adapter keeps: the compactor, how the caller names sessions, the role
+    the compaction message takes in the framework (the first of :attr:`ROLES` by default) and the
+    fail-open :class:`Compaction`."""
+
+    ROLES: tuple[str, str] = ("user", "system")
+
+    def __init__(
+        self,
+        compactor: ProgressiveCompactor,
+        *,
+        session_id: Any = None,
+        compaction_role: str | None = None,
+        on_record: OnRecord | None = None,
+    ):
+        role = self.ROLES[0] if compaction_role is None else compaction_role
+        if role not in self.ROLES:
+            raise ValueError(f"compaction_role must be {self.ROLES[0]!r} or {self.ROLES[1]!r}, got {role!r}")
+        self.compactor = compactor
+        self.session_id = session_id
+        self.compaction_role = role
+        self.compaction = Compaction(compactor, on_record=on_record)
+
+    def chosen_session(self, context: Any) -> str | None:
+        """The session id the caller chose (a string, or its function of the framework's
+        ``context``); None: the adapter asks the framework, then falls back to the compactor's."""
+        if callable(self.session_id):
+            return str(self.session_id(context))
+        return self.session_id or None
+
+
 def check_view(view: Sequence[Mapping[str, Any]]) -> list[str]:
     """Why a provider would refuse ``view`` (an empty list when it is valid)."""
     return view_problems([message_from_dict(m, i) for i, m in enumerate(view)])
@@ -186,6 +217,7 @@ __all__ = [
     "READ_TOOL_DESCRIPTION",
     "READ_TOOL_NAME",
     "SOURCE",
+    "Adapter",
     "Compaction",
     "ContextWindowExceededError",
     "Outcome",

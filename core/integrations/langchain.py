@@ -58,7 +58,7 @@ from .common import (
     READ_TOOL_DESCRIPTION,
     READ_TOOL_NAME,
     SOURCE,
-    Compaction,
+    Adapter,
     ContextWindowExceededError,
     OnRecord,
     Outcome,
@@ -182,8 +182,10 @@ def read_tool_result_tool(compactor: ProgressiveCompactor) -> StructuredTool:
 # --- the middleware ---------------------------------------------------------------------------
 
 
-class CompactionMiddleware(AgentMiddleware):
+class CompactionMiddleware(Adapter, AgentMiddleware):
     """Compacts the messages of every model call; see the module docstring."""
+
+    ROLES = ("human", "system")
 
     def __init__(
         self,
@@ -194,21 +196,14 @@ class CompactionMiddleware(AgentMiddleware):
         read_tool: bool = True,
         on_record: OnRecord | None = None,
     ):
-        if compaction_role not in ("human", "system"):
-            raise ValueError(f"compaction_role must be 'human' or 'system', got {compaction_role!r}")
-        super().__init__()
-        self.compactor = compactor
-        self.session_id = session_id
-        self.compaction_role = compaction_role
-        self.compaction = Compaction(compactor, on_record=on_record)
+        super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
         self.tools = [read_tool_result_tool(compactor)] if read_tool else []
         self._converters: dict[str, Converter] = {}
 
     def session_of(self, request: ModelRequest) -> str:
-        if callable(self.session_id):
-            return self.session_id(request)
-        if self.session_id:
-            return self.session_id
+        chosen = self.chosen_session(request)
+        if chosen:
+            return chosen
         info = getattr(request.runtime, "execution_info", None)
         thread = getattr(info, "thread_id", None)
         if not thread:

@@ -52,7 +52,7 @@ from .common import (
     READ_TOOL_DESCRIPTION,
     READ_TOOL_NAME,
     SOURCE,
-    Compaction,
+    Adapter,
     ContextWindowExceededError,
     OnRecord,
     Outcome,
@@ -251,7 +251,7 @@ class _UsageHooks(RunHooks):
         self.owner.observe(getattr(usage, "input_tokens", None))
 
 
-class CompactionFilter:
+class CompactionFilter(Adapter):
     """The ``call_model_input_filter``; see the module docstring."""
 
     def __init__(
@@ -262,19 +262,12 @@ class CompactionFilter:
         compaction_role: str = "user",
         on_record: OnRecord | None = None,
     ):
-        if compaction_role not in ("user", "system"):
-            raise ValueError(f"compaction_role must be 'user' or 'system', got {compaction_role!r}")
-        self.compactor = compactor
-        self.session_id = session_id
-        self.compaction_role = compaction_role
-        self.compaction = Compaction(compactor, on_record=on_record)
+        super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
         self.hooks = _UsageHooks(self)
         self.last: Outcome | None = None
 
     def session_of(self, data: CallModelData[Any]) -> str:
-        if callable(self.session_id):
-            return self.session_id(data)
-        return self.session_id or self.compactor.session_id
+        return self.chosen_session(data) or self.compactor.session_id
 
     def observe(self, input_tokens: int | None) -> None:
         """The provider's input tokens for the last input this filter returned."""

@@ -63,7 +63,7 @@ from .common import (
     READ_TOOL_DESCRIPTION,
     READ_TOOL_NAME,
     SOURCE,
-    Compaction,
+    Adapter,
     ContextWindowExceededError,
     OnRecord,
     Outcome,
@@ -304,7 +304,7 @@ def _starts_with(messages: Sequence[Any], prefix: Sequence[Any]) -> bool:
     return bool(prefix) and len(messages) >= len(prefix) and all(a is b for a, b in zip(messages, prefix, strict=False))
 
 
-class HistoryCompactor:
+class HistoryCompactor(Adapter):
     """The state behind :func:`history_processor`: the full history and the last view of each
     session, and how the two are told apart on 2.x."""
 
@@ -316,12 +316,7 @@ class HistoryCompactor:
         compaction_role: str = "user",
         on_record: OnRecord | None = None,
     ):
-        if compaction_role not in ("user", "system"):
-            raise ValueError(f"compaction_role must be 'user' or 'system', got {compaction_role!r}")
-        self.compactor = compactor
-        self.session_id = session_id
-        self.compaction_role = compaction_role
-        self.compaction = Compaction(compactor, on_record=on_record)
+        super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
 
@@ -343,10 +338,9 @@ class HistoryCompactor:
         return full
 
     def session_of(self, ctx: Any, messages: Sequence[ModelMessage]) -> str:
-        if callable(self.session_id):
-            return self.session_id(ctx)
-        if self.session_id:
-            return self.session_id
+        chosen = self.chosen_session(ctx)
+        if chosen:
+            return chosen
         conversation = getattr(ctx, "conversation_id", None)
         if not conversation:
             conversation = next(
