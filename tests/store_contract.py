@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,86 @@ def runner() -> CliRunner:
 
 def warn_history(calls: int = 10, size: int = 6000) -> list[dict[str, Any]]:
     return build_history([size] * calls)
+
+
+# --- the faults of a database server (PostgreSQL and Redis) -----------------------------------
+
+
+def run_turns(worker: ProgressiveCompactor, reference: ProgressiveCompactor, history, session="s", before_turn=None):
+    """Every second prefix of ``history`` on ``worker`` and on ``reference`` (one process, state in
+    memory); returns the worker's (view, record) pairs and whether view and errors matched."""
+    out = []
+    for n, upto in enumerate(range(4, len(history) + 1, 2)):
+        if before_turn is not None:
+            before_turn(n)
+        expected, expected_record = reference.compact_with_record(history[:upto], session)
+        view, record = worker.compact_with_record(history[:upto], session)
+        out.append((view, record, view == expected, record.errors == expected_record.errors))
+    return out
+
+
+def connect_all(worker: ProgressiveCompactor, kind: str) -> None:
+    """Connect each plugin of ``kind`` and check its schema or key layout, as a worker's first
+    turns do."""
+    for role in ("state", "store", "offload"):
+        worker.pm.get_plugin(f"{role}-{kind}").db.read_records("warm-up")
+
+
+def alone(tmp_path: Path, window: int) -> ProgressiveCompactor:
+    """The reference: one process, state in memory."""
+    return ProgressiveCompactor("classic", context_window=window, data_dir=str(tmp_path / "alone"))
+
+
+def check_restarts_go_unnoticed(backend: Backend, server: Any, tmp_path: Path) -> None:
+    """A clean restart before the third turn, a crash before the sixth (Redis runs with
+    ``appendfsync always``, PostgreSQL with its write-ahead log: no acknowledged write is lost):
+    every view, error list, the state and the records as in one process."""
+    history = warn_history(16, 5000)
+    window = window_for(history, 0.8)
+    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
+
+    def restart(n: int) -> None:
+        if n in (2, 5):
+            server.restart(immediate=n == 5)
+
+    turns = run_turns(worker, reference, history, before_turn=restart)
+    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
+    ours, theirs = worker.state("s"), reference.state("s")
+    assert (ours.summary, ours.anchors, ours.covered, ours.version) == (
+        theirs.summary,
+        theirs.anchors,
+        theirs.covered,
+        theirs.version,
+    )
+    assert sorted(r.id for r in worker.records("s")) == sorted(t[1].id for t in turns)
+
+
+def check_a_server_down_fails_open(backend: Backend, server: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The server stops for one turn: a valid view, the failures said (the password never), no
+    half-written state; the next turn saves and stores again."""
+    history = warn_history(14, 5000)
+    window = window_for(history, 0.8)
+    worker = backend.compactor(context_window=window, config=backend.config(timeout=1))
+    worker.compact_with_record(history[:8], "s")
+    saved = worker.state("s")
+    server.stop()
+    try:
+        with caplog.at_level(logging.WARNING):
+            view, record = worker.compact_with_record(history, "s")
+    finally:
+        server.start()
+    assert problems(view) == []
+    assert any(e.startswith("loading session state failed") for e in record.errors)
+    # waited for once: the writes after it failed at once
+    assert any("unreachable, not tried again" in e for e in record.errors), record.errors
+    assert server.password not in "\n".join(record.errors) + caplog.text
+    assert f"store-{backend.kind} failed" in caplog.text  # the record could not be stored: said, not hidden
+    time.sleep(1.0)  # the pause after an unreachable server (at most the 1 s timeout) is over
+    assert worker.state("s") == saved  # nothing half-written
+    view, record = worker.compact_with_record(history, "s")
+    assert [e for e in record.errors if "failed" in e and "emergency" not in e] == []
+    assert worker.state("s").version == saved.version + 1
+    assert record.id in [r.id for r in worker.records("s")]
 
 
 def sha(text: str) -> str:

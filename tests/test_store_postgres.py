@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import psycopg
 import pytest
@@ -21,7 +20,17 @@ from progressive_compactor.errors import ConfigError
 from progressive_compactor.stores import postgres as pg_backend
 from progressive_compactor.testing import build_history, problems, window_for
 from servers import TcpProxy
-from store_contract import Backend, StoreContract, sha, warn_history
+from store_contract import (
+    Backend,
+    StoreContract,
+    alone,
+    check_a_server_down_fails_open,
+    check_restarts_go_unnoticed,
+    connect_all,
+    run_turns,
+    sha,
+    warn_history,
+)
 
 
 @pytest.fixture
@@ -41,29 +50,6 @@ def proxy(postgres_server):
     found = TcpProxy(postgres_server.port)
     yield found
     found.close()
-
-
-def run_turns(worker, reference, history, session="s", before_turn=None):
-    """Every second prefix of ``history`` on ``worker`` and on ``reference`` (one process, state in
-    memory); returns the workers' (view, record) pairs and whether each view matched."""
-    out = []
-    for n, upto in enumerate(range(4, len(history) + 1, 2)):
-        if before_turn is not None:
-            before_turn(n)
-        expected, expected_record = reference.compact_with_record(history[:upto], session)
-        view, record = worker.compact_with_record(history[:upto], session)
-        out.append((view, record, view == expected, record.errors == expected_record.errors))
-    return out
-
-
-def connect_all(worker):
-    """Open each plugin's pool and check its schema, as the first turns of a worker do."""
-    for name in ("state-postgres", "store-postgres", "offload-postgres"):
-        worker.pm.get_plugin(name).db.read_records("warm-up")
-
-
-def alone(tmp_path, window):
-    return ProgressiveCompactor("classic", context_window=window, data_dir=str(tmp_path / "alone"))
 
 
 def test_the_schema_is_versioned_in_its_own_namespace(backend):
@@ -155,52 +141,11 @@ def test_a_wrong_password_fails_open_and_is_never_written(postgres_server, uniqu
 
 
 def test_a_restart_between_turns_goes_unnoticed(backend, postgres_server, tmp_path):
-    history = warn_history(16, 5000)
-    window = window_for(history, 0.8)
-    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
-
-    def restart(n):
-        if n == 2:
-            postgres_server.restart()  # a clean restart: connections closed by the server
-        elif n == 5:
-            postgres_server.restart(immediate=True)  # a crash: nothing said to the clients
-
-    turns = run_turns(worker, reference, history, before_turn=restart)
-    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
-    ours, theirs = worker.state("s"), reference.state("s")
-    assert (ours.summary, ours.anchors, ours.covered, ours.version) == (
-        theirs.summary,
-        theirs.anchors,
-        theirs.covered,
-        theirs.version,
-    )
-    assert sorted(r.id for r in worker.records("s")) == sorted(t[1].id for t in turns)
+    check_restarts_go_unnoticed(backend, postgres_server, tmp_path)
 
 
-def test_a_server_that_is_down_fails_open_and_the_next_turn_recovers(backend, postgres_server, tmp_path, caplog):
-    history = warn_history(14, 5000)
-    window = window_for(history, 0.8)
-    worker = backend.compactor(context_window=window, config=backend.config(timeout=1))
-    worker.compact_with_record(history[:8], "s")
-    saved = worker.state("s")
-    postgres_server.stop()
-    try:
-        with caplog.at_level(logging.WARNING):
-            view, record = worker.compact_with_record(history, "s")
-    finally:
-        postgres_server.start()
-    assert problems(view) == []
-    assert any(e.startswith("loading session state failed") for e in record.errors)
-    # waited for once: the writes after it failed at once
-    assert any("unreachable, not tried again" in e for e in record.errors), record.errors
-    assert postgres_server.password not in "\n".join(record.errors) + caplog.text
-    assert "store-postgres failed" in caplog.text  # the record could not be stored: said, not hidden
-    time.sleep(1.0)  # the pause after an unreachable server (at most the 1 s timeout) is over
-    assert worker.state("s") == saved  # nothing half-written
-    view, record = worker.compact_with_record(history, "s")
-    assert [e for e in record.errors if "failed" in e and "emergency" not in e] == []
-    assert worker.state("s").version == saved.version + 1
-    assert record.id in [r.id for r in worker.records("s")]
+def test_a_server_that_is_down_fails_open_and_the_next_turn_recovers(backend, postgres_server, caplog):
+    check_a_server_down_fails_open(backend, postgres_server, caplog)
 
 
 def test_dropped_connections_lose_nothing_and_store_nothing_twice(backend, postgres_server, proxy, tmp_path):
@@ -208,7 +153,7 @@ def test_dropped_connections_lose_nothing_and_store_nothing_twice(backend, postg
     window = window_for(history, 0.8)
     backend.block["dsn"] = postgres_server.dsn_via(proxy.port)
     worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
-    connect_all(worker)
+    connect_all(worker, "postgres")
     proxy.lose_every = 3  # every third answer never arrives: the server did the work
 
     def drop(n):

@@ -20,7 +20,17 @@ from progressive_compactor.errors import ConfigError
 from progressive_compactor.models import SessionState
 from progressive_compactor.testing import problems, window_for
 from servers import TcpProxy
-from store_contract import Backend, StoreContract, sha, warn_history
+from store_contract import (
+    Backend,
+    StoreContract,
+    alone,
+    check_a_server_down_fails_open,
+    check_restarts_go_unnoticed,
+    connect_all,
+    run_turns,
+    sha,
+    warn_history,
+)
 
 
 @pytest.fixture
@@ -40,29 +50,6 @@ def proxy(redis_server):
     found = TcpProxy(redis_server.port)
     yield found
     found.close()
-
-
-def run_turns(worker, reference, history, session="s", before_turn=None):
-    """Every second prefix of ``history`` on ``worker`` and on ``reference`` (one process, state in
-    memory); returns the workers' (view, record) pairs and whether view and errors matched."""
-    out = []
-    for n, upto in enumerate(range(4, len(history) + 1, 2)):
-        if before_turn is not None:
-            before_turn(n)
-        expected, expected_record = reference.compact_with_record(history[:upto], session)
-        view, record = worker.compact_with_record(history[:upto], session)
-        out.append((view, record, view == expected, record.errors == expected_record.errors))
-    return out
-
-
-def connect_all(worker):
-    """Connect each plugin and check the key layout, as the first turns of a worker do."""
-    for name in ("state-redis", "store-redis", "offload-redis"):
-        worker.pm.get_plugin(name).db.read_records("warm-up")
-
-
-def alone(tmp_path, window):
-    return ProgressiveCompactor("classic", context_window=window, data_dir=str(tmp_path / "alone"))
 
 
 def test_keys_expire_after_the_ttl_and_a_load_keeps_the_state_alive(backend):
@@ -121,51 +108,11 @@ def test_a_wrong_password_fails_open_and_is_never_written(redis_server, unique_n
 
 
 def test_a_restart_between_turns_goes_unnoticed(backend, redis_server, tmp_path):
-    history = warn_history(16, 5000)
-    window = window_for(history, 0.8)
-    worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
-
-    def restart(n):
-        if n == 2:
-            redis_server.restart()  # a clean restart: the append-only file flushed
-        elif n == 5:
-            redis_server.restart(immediate=True)  # killed: appendfsync always kept every write
-
-    turns = run_turns(worker, reference, history, before_turn=restart)
-    assert [(same, errors) for _, _, same, errors in turns] == [(True, True)] * len(turns)
-    ours, theirs = worker.state("s"), reference.state("s")
-    assert (ours.summary, ours.anchors, ours.covered, ours.version) == (
-        theirs.summary,
-        theirs.anchors,
-        theirs.covered,
-        theirs.version,
-    )
-    assert sorted(r.id for r in worker.records("s")) == sorted(t[1].id for t in turns)
+    check_restarts_go_unnoticed(backend, redis_server, tmp_path)
 
 
-def test_a_server_that_is_down_fails_open_and_the_next_turn_recovers(backend, redis_server, tmp_path, caplog):
-    history = warn_history(14, 5000)
-    window = window_for(history, 0.8)
-    worker = backend.compactor(context_window=window, config=backend.config(timeout=1))
-    worker.compact_with_record(history[:8], "s")
-    saved = worker.state("s")
-    redis_server.stop()
-    try:
-        with caplog.at_level(logging.WARNING):
-            view, record = worker.compact_with_record(history, "s")
-    finally:
-        redis_server.start()
-    assert problems(view) == []
-    assert any(e.startswith("loading session state failed") for e in record.errors)
-    assert any("unreachable, not tried again" in e for e in record.errors), record.errors
-    assert redis_server.password not in "\n".join(record.errors) + caplog.text
-    assert "store-redis failed" in caplog.text  # the record could not be stored: said, not hidden
-    time.sleep(1.0)  # the pause after an unreachable server (at most the 1 s timeout) is over
-    assert worker.state("s") == saved  # nothing half-written
-    view, record = worker.compact_with_record(history, "s")
-    assert [e for e in record.errors if "failed" in e and "emergency" not in e] == []
-    assert worker.state("s").version == saved.version + 1
-    assert record.id in [r.id for r in worker.records("s")]
+def test_a_server_that_is_down_fails_open_and_the_next_turn_recovers(backend, redis_server, caplog):
+    check_a_server_down_fails_open(backend, redis_server, caplog)
 
 
 def test_dropped_connections_lose_nothing_and_store_nothing_twice(backend, redis_server, proxy, tmp_path):
@@ -173,7 +120,7 @@ def test_dropped_connections_lose_nothing_and_store_nothing_twice(backend, redis
     window = window_for(history, 0.8)
     backend.block["url"] = redis_server.url_via(proxy.port)
     worker, reference = backend.compactor(context_window=window), alone(tmp_path, window)
-    connect_all(worker)
+    connect_all(worker, "redis")
     proxy.spare, proxy.rest = 4, 6  # a login (AUTH, two CLIENT SETINFO); a retry after a loss
     proxy.lose_every = 1  # an answer never arrives (the server did the work), then a few do
 
@@ -207,7 +154,7 @@ def test_a_server_that_stops_answering_fails_open_and_the_next_turn_recovers(bac
     history = warn_history()
     window = window_for(history, 0.85)
     worker = backend.compactor(context_window=window, config=backend.config(timeout=0.3))
-    connect_all(worker)
+    connect_all(worker, "redis")
     busy = redis_server.client()
     sleeper = threading.Thread(target=busy.execute_command, args=("DEBUG", "SLEEP", "1.5"))
     sleeper.start()  # the server answers nobody for 1.5 s
