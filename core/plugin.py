@@ -88,7 +88,7 @@ from .storage import (
     safe_name,
     write_private,
 )
-from .thresholds import THRESHOLD_NAMES, check_thresholds, thresholds_of, tier_for_share
+from .thresholds import THRESHOLD_NAMES, Thresholds, check_thresholds, thresholds_of, tier_for_share
 from .tools import PLACEHOLDER_PREFIX, OffloadText, head_lines, offload_handles, offload_text, placeholder
 
 if TYPE_CHECKING:
@@ -165,6 +165,7 @@ __all__ = [
     "SummarizerError",
     "SummaryRequest",
     "SummaryResult",
+    "Thresholds",
     "TierInput",
     "TierPlan",
     "ToolCall",

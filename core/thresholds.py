@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+import attrs
 
 from .errors import ConfigError
 from .models import CompactionTier
@@ -51,3 +53,18 @@ def tier_for_share(ratio: float, config: Any) -> CompactionTier:
 def thresholds_of(config: Any) -> dict[str, float]:
     """``tier_thresholds`` for a policy whose config has the four thresholds."""
     return {name: getattr(config, name) for name in THRESHOLD_NAMES}
+
+
+@attrs.frozen
+class Thresholds:
+    """The four thresholds, as a threshold policy's ``Config`` inherits them: shares of the window,
+    checked when the config is built (:func:`check_thresholds`, naming the block ``BLOCK``)."""
+
+    BLOCK: ClassVar[str] = "policy"
+    warn: float = 0.60
+    soft: float = 0.70
+    full: float = 0.80
+    emergency: float = 0.95
+
+    def __attrs_post_init__(self) -> None:
+        check_thresholds(self, self.BLOCK)

@@ -38,8 +38,8 @@ import attrs
 from progressive_compactor.plugin import (
     CompactionTier,
     PluginContext,
+    Thresholds,
     TurnContext,
-    check_thresholds,
     hookimpl,
     setting_check,
     thresholds_of,
@@ -66,11 +66,8 @@ class Cycle:
 
 class CostPolicy:
     @attrs.frozen
-    class Config:
-        warn: float = 0.60
-        soft: float = 0.70
-        full: float = 0.80
-        emergency: float = 0.95
+    class Config(Thresholds):
+        BLOCK = "policy-cost"
         growth_tokens: int = attrs.field(
             default=550, validator=setting_check(lambda v: v > 0, "growth_tokens must be more than 0, got {value}")
         )
@@ -91,9 +88,6 @@ class CostPolicy:
         ``keep_share``); it raises the landing point ``L``."""
         min_trigger_tokens: int = 4000
         """Never compact for cost below this many tokens (a small view is cheap to re-read)."""
-
-        def __attrs_post_init__(self) -> None:
-            check_thresholds(self, "policy-cost")
 
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()

@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import attrs
 
-from progressive_compactor.plugin import CompactionTier, check_thresholds, hookimpl, thresholds_of, tier_for_share
+from progressive_compactor.plugin import CompactionTier, Thresholds, hookimpl, thresholds_of, tier_for_share
 
 
 class ThresholdPolicy:
     @attrs.frozen
-    class Config:
-        warn: float = 0.60
-        soft: float = 0.70
-        full: float = 0.80
-        emergency: float = 0.95
-
-        def __attrs_post_init__(self) -> None:
-            check_thresholds(self, "policy-thresholds")
+    class Config(Thresholds):
+        BLOCK = "policy-thresholds"
 
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
