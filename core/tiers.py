@@ -432,8 +432,8 @@ class TierRunner:
         return self.hooks.estimate_tokens([least])[0] + self._pinned_tokens(cache, state)
 
     def _pinned_tokens(self, cache: SessionCache, state: SessionState) -> int:
-        request = cache.pinned_for(state)
-        return self.hooks.estimate_tokens([request])[0] if request is not None else 0
+        """Tokens of the request ``state`` pins (counted once per session by the cache)."""
+        return corrected(cache.pinned_tokens(state), self.ratio)
 
     def _tail_start(self, work: TurnWork) -> int:
         """Where the protected tail begins: never inside a tool call's results."""

@@ -9,7 +9,7 @@ import pytest
 
 from progressive_compactor import CompactionTier, SessionState, SummaryRequest, TierInput, TurnContext
 from progressive_compactor.http.prompt import build_prompt
-from progressive_compactor.models import Facts, Message
+from progressive_compactor.models import Anchor, AnchorType, Facts, Message
 from progressive_compactor.plugin_manager import PluginContext
 from progressive_compactor.plugins.policy_cost import MESSAGES_PER_CALL, PRIOR_CALLS, SETTLE_CALLS, CostPolicy
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
@@ -91,6 +91,23 @@ def test_the_thresholds_stay_the_safety_limits(ratio, tier):
     window = 4_000  # a view too small for the cost trigger: only the thresholds decide
     tokens = int(ratio * window)
     assert policy().determine_tier(ratio, tokens, window, turn(tokens)) is tier
+
+
+def test_a_pinned_request_is_not_counted_in_the_cache_break():
+    """A compaction re-reads its landing uncached, but a pinned request stays cached: the one-off
+    cost, and with it the cheapest interval, leaves the request out."""
+    request = "Fix the parser. " * 500  # 8,000 characters: 2,000 tokens of intent
+    state = SessionState(anchors=(Anchor(AnchorType.USER_INTENT, request),), summary="so far")
+    pinned = CostPolicy(CostPolicy.Config(), PluginContext(load_config("default"))).cycle(
+        30_000, turn(30_000, state=state)
+    )
+    whole = CostPolicy(CostPolicy.Config(), PluginContext(load_config("default", pin_request=False)))
+    unpinned = whole.cycle(30_000, turn(30_000, state=state))
+    p = PriceTable()
+    assert pinned.landing == unpinned.landing  # the request is still in the view
+    saved = len(request) / 4 * (p.input - p.cached_input)
+    one_off = unpinned.interval**2 * p.cached_input / (2 * unpinned.growth)
+    assert pinned.interval == pytest.approx(math.sqrt(2 * pinned.growth * (one_off - saved) / p.cached_input))
 
 
 def test_after_a_compaction_only_the_thresholds_decide():
