@@ -45,8 +45,6 @@ class UsageAnchor:
 
     estimated: int = 0
     """Estimated tokens of the last view returned for the session (0: none returned yet)."""
-    reported: int | None = None
-    """The provider's count for the view last reported on."""
     ratio: float = 1.0
 
 
@@ -75,13 +73,8 @@ class UsageAnchors:
             anchor = self._sessions.get(session_id)
             if anchor is None or anchor.estimated <= 0 or input_tokens == 0:
                 return None
-            anchor.reported = input_tokens
             anchor.ratio = min(max(input_tokens / anchor.estimated, MIN_RATIO), MAX_RATIO)
             return anchor.ratio
-
-    def get(self, session_id: str) -> UsageAnchor | None:
-        anchor = self._sessions.get(session_id)
-        return attrs.evolve(anchor) if anchor is not None else None
 
     def forget(self, session_id: str) -> None:
         with self._lock:

@@ -13,8 +13,6 @@ from ..redaction import SecretRegistry, connection_passwords, mask_passwords
 INHERITED: list[object] = []
 """Connections and pools a forked process inherited from its parent: kept referenced, never used
 and never closed (closing them from the child could end the parent's sessions)."""
-KINDS = ("state", "records", "offloads")
-"""What a plugin keeps per session: its ``list_sessions`` and ``on_delete_session`` name one."""
 
 
 def encode(text: str) -> bytes:
