@@ -259,14 +259,6 @@ class FakeProvider:
         with self._lock:
             self._queue.extend(behaviours)
 
-    def reset(self) -> None:
-        with self._lock:
-            self._queue.clear()
-            self.requests.clear()
-            self.default = Behaviour()
-            self.peak_in_flight = 0
-            self._prefixes.clear()
-
     def _cached_tokens(self, body: Any, tokens_in: int) -> int:
         """Tokens of the longest prefix of ``body``'s messages (the system field first) that an
         earlier request sent, then remember this request's prefixes."""
