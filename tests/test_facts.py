@@ -17,7 +17,9 @@ from progressive_compactor.anchors import parse_markdown
 from progressive_compactor.facts import (
     _DECISION,
     _NEXT,
+    _decisions,
     _files_in_command,
+    _sentences,
     bound_text,
     error_line,
     extract_facts,
@@ -182,6 +184,17 @@ PHRASE_PIECES = ["I", "i", "'ll", " will", " use", "decided", "DECISION", "Inste
 def test_phrases_match_as_their_case_insensitive_pattern(text):
     for phrases in (_DECISION, _NEXT):
         assert phrases.search(text) is (re.search(phrases.any.pattern, text, re.I) is not None)
+
+
+SENTENCE_PIECES = [*PHRASE_PIECES, "!", "?", "\n", "\n\n", "\t", " ", ". ", "?\n", "decided that", "0123456789"]
+
+
+@given(st.lists(st.sampled_from(SENTENCE_PIECES), max_size=24).map("".join))
+def test_sentences_and_decisions_as_a_split_and_a_search_of_each(text):
+    pieces = re.split(r"(?<=[.!?])\s+|\n+", text)
+    sentences = [s.strip() for s in pieces if len(s.strip()) > 12]
+    assert _sentences(text) == sentences
+    assert _decisions(text) == [s for s in sentences if _DECISION.search(s)]
 
 
 @pytest.mark.parametrize(
