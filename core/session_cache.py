@@ -65,6 +65,10 @@ def state_key(state: SessionState) -> tuple[Any, ...]:
     return (state.version, state.covered, state.covered_fingerprint, len(state.offloaded), len(state.summary or ""))
 
 
+def _same(a: object, b: object) -> bool:
+    return a is b
+
+
 def as_message(item: Any, index: int) -> Message:
     return item if isinstance(item, Message) else message_from_dict(item, index)
 
@@ -113,6 +117,9 @@ class SessionCache:
         self._recent_key: tuple[Any, ...] | None = None
         self._recent: Recent | None = None
         self._recent_originals: list[Message] = []
+        self._repaired: tuple[list[Message], list[Message], list[int], int] | None = None
+        """The last recent messages repaired: (them, repaired, counts, repairs). They settle at
+        the next turn unchanged, as a rule: settling reuses this instead of repairing again."""
         # The uncovered view, for the state it was built for.
         self.view_state: tuple[Any, ...] | None = None
         self.uncovered: list[Message] = []
@@ -172,7 +179,7 @@ class SessionCache:
             cut -= 1
         if cut <= 0:
             return
-        repaired, repairs = repair_tool_pairs(msgs[:cut], at_start=False)
+        repaired, counts, repairs = self._repair(msgs[:cut])
         if self.request_index is None:
             found = request_index(repaired)
             if found is not None:
@@ -180,7 +187,7 @@ class SessionCache:
         if self.first_request is None:
             self.first_request = first_user_request(repaired, self.intent_max_chars)
         self.settled.extend(repaired)
-        self.settled_tokens.extend(self.estimate(repaired))
+        self.settled_tokens.extend(counts)
         self.settled_repairs += repairs
         self.settled_from += cut
         del msgs[:cut]
@@ -190,17 +197,29 @@ class SessionCache:
         key = (len(self.recent_messages), self.settled_from, *state_key(state))
         if self._recent_key == key and self._recent is not None:
             return self._recent
-        repaired, repairs = repair_tool_pairs(self.recent_messages, at_start=False)
+        repaired, counts, repairs = self._repair(self.recent_messages)
         self._recent_originals = repaired
         if state.offloaded:  # an Emergency offloads recent results too: a retry must see that
             start = len(self.settled)
-            repaired = [with_placeholder(m, start + j, state) for j, m in enumerate(repaired)]
+            shown = [with_placeholder(m, start + j, state) for j, m in enumerate(repaired)]
+            counts = [c if m is r else self.estimate([m])[0] for m, r, c in zip(shown, repaired, counts, strict=True)]
+            repaired = shown
         if self.first_request is None:
             self.first_request = first_user_request(repaired, self.intent_max_chars)
-        counts = self.estimate(repaired) if repaired else []
         self._recent_key = key
         self._recent = Recent(repaired, counts, [message_to_dict(m) for m in repaired], repairs)
         return self._recent
+
+    def _repair(self, messages: list[Message]) -> tuple[list[Message], list[int], int]:
+        """``messages`` repaired (a view's continuation), each one's tokens, and the repairs made;
+        the last answer again when they are the same messages."""
+        done = self._repaired
+        if done is not None and len(done[0]) == len(messages) and all(map(_same, done[0], messages)):
+            return done[1], done[2], done[3]
+        repaired, repairs = repair_tool_pairs(messages, at_start=False)
+        counts = self.estimate(repaired) if repaired else []
+        self._repaired = (list(messages), repaired, counts, repairs)
+        return repaired, counts, repairs
 
     # --- the state's boundary and view ----------------------------------------------------------
 

@@ -17,9 +17,11 @@ cost more than the turn.)
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import secrets
 import stat
 import sys
 import tempfile
@@ -134,10 +136,14 @@ def write_private(path: Path, data: bytes, root: Path) -> None:
 def create_private(path: Path, data: bytes, root: Path) -> bool:
     """Create ``path`` (under ``root``) holding ``data``, owner-only, only if nothing is there:
     True if this call created it, False if it existed. Whole or absent, never partial: the data
-    is written to a temporary file first and linked into place."""
-    private_dir(path.parent, root)
-    _check_under(root, path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    is written to a temporary file first and linked into place (a link never follows one at
+    ``path``, so only the folders above it are checked)."""
+    _check_under(root, path.parent)
+    try:
+        fd, tmp = _temp_file(path.parent)
+    except FileNotFoundError:  # the first file of its folder
+        private_dir(path.parent, root)
+        fd, tmp = _temp_file(path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -150,6 +156,16 @@ def create_private(path: Path, data: bytes, root: Path) -> bool:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _temp_file(folder: Path) -> tuple[int, str]:
+    """A new, empty, owner-only file with a random name in ``folder``: its descriptor and path."""
+    while True:
+        name = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
+        try:
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600), name
+        except FileExistsError:  # pragma: no cover - 64 random bits
+            continue
 
 
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:
@@ -174,9 +190,13 @@ def write_file(path: str | os.PathLike[str], data: bytes) -> None:
 def append_line(path: Path, line: str, root: Path) -> None:
     """Append one line to ``path`` (under ``root``), owner-only; a torn last line (a crash
     mid-write) is closed first, so the new line starts on a line of its own."""
-    private_dir(path.parent, root)
-    _check_under(root, path)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600)
+    _check_folders(root, path)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW
+    try:
+        fd = _open(path, flags, root)
+    except FileNotFoundError:  # the first line of the folder
+        private_dir(path.parent, root)
+        fd = _open(path, flags, root)
     try:
         size = os.fstat(fd).st_size
         prefix = b""
@@ -187,17 +207,35 @@ def append_line(path: Path, line: str, root: Path) -> None:
         os.close(fd)
 
 
+def _check_folders(root: Path, path: Path) -> None:
+    """:func:`_check_under` for a file opened with ``O_NOFOLLOW``, which refuses a link at
+    ``path`` itself: only the folders above it need a look (``path`` too where the flag does not
+    exist)."""
+    _check_under(root, path.parent if _NOFOLLOW else path)
+
+
+def _open(path: Path, flags: int, root: Path) -> int:
+    """``os.open`` of a file whose folders were checked; a link at ``path`` itself is refused
+    with the same error as one on the way."""
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StorageError(f"refusing {path}: a symbolic link under {root}", path=str(path)) from None
+        raise
+
+
 def read_private(path: Path, root: Path) -> bytes | None:
     """The bytes of ``path`` (under ``root``), or None when it does not exist. A symbolic link
     anywhere under ``root`` is refused, never followed."""
-    _check_under(root, path)
+    _check_folders(root, path)
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        fd = _open(path, os.O_RDONLY | _NOFOLLOW, root)
     except FileNotFoundError:
         return None
+    except StorageError:
+        raise
     except OSError as exc:
-        if os.path.islink(path):
-            raise StorageError(f"refusing {path}: a symbolic link under {root}", path=str(path)) from None
         raise StorageError(f"cannot read {path}: {exc.strerror or exc}", path=str(path)) from exc
     with os.fdopen(fd, "rb") as f:
         return f.read()

@@ -58,6 +58,7 @@ class FileOffloader:
         self.config = config or self.Config()
         self.context = context or PluginContext()
         self.root = Path(self.context.path(self.config.root))
+        self._marked: set[str] = set()
 
     def session_dir(self, session_id: str) -> Path:
         return self.root / safe_name(session_id)
@@ -76,10 +77,18 @@ class FileOffloader:
                 if existing is not None:
                     break
                 if create_private(path, data, self.root):
-                    if not os.path.lexists(folder / ID_FILE):
-                        write_private(folder / ID_FILE, session_id.encode("utf-8", "surrogatepass"), self.root)
+                    self._mark(folder, session_id)
                     return path, f"{folder.name}/{name}"
         raise OffloadError(f"cannot keep the result of {tool_call_id!r}: {folder} holds other texts under its names")
+
+    def _mark(self, folder: Path, session_id: str) -> None:
+        """Write the session's id beside its results, once (a folder this process marked is
+        remembered until the session is deleted)."""
+        if folder.name in self._marked:
+            return
+        if not os.path.lexists(folder / ID_FILE):
+            write_private(folder / ID_FILE, session_id.encode("utf-8", "surrogatepass"), self.root)
+        self._marked.add(folder.name)
 
     @hookimpl(trylast=True)
     def offload(self, message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
@@ -118,4 +127,5 @@ class FileOffloader:
 
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
+        self._marked.discard(self.session_dir(session_id).name)
         remove(self.session_dir(session_id), self.root)

@@ -31,6 +31,7 @@ Below them, the cost trigger asks for Soft (see ``docs/cost.md`` for the arithme
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -38,6 +39,7 @@ import attrs
 from progressive_compactor.plugin import (
     CompactionTier,
     PluginContext,
+    SessionState,
     Thresholds,
     TurnContext,
     hookimpl,
@@ -92,28 +94,43 @@ class CostPolicy:
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()
         self.context = context or PluginContext()
+        self._sized: tuple[SessionState, float, float] | None = None
 
     def cycle(self, tokens: int, turn: TurnContext) -> Cycle:
         """Where compacting this session's view starts to pay (see the module docstring)."""
-        prices, c, state = self.context.config.pricing, self.config, turn.state
+        c, state = self.config, turn.state
         growth, landed = self.growth(tokens, turn), state.landed_tokens
         tail = tokens / max(turn.view_messages, 1) * self.context.config.min_tail_messages
-        summary = (len(state.summary or "") + sum(len(a.content) for a in state.anchors)) / 4 or c.summary_tokens
+        summary, pinned = self._sizes(state)
         landing = summary + tail + c.keep_share * tokens
+        summarizing, fresh, cached = self._prices
         # A pinned request stays in the provider's cache: the break re-reads the rest of the landing.
-        pinned = len(state.anchors[0].content) / 4 if state.anchors and self.context.config.pin_request else 0.0
-        cached = max(prices.cached_input, 1e-9)
-        fresh = prices.cache_write if prices.cache_write is not None else prices.input
-        one_off = (
-            c.summary_tokens * prices.summarizer_output
-            + c.request_tokens * prices.summarizer_input
-            + max(landing - pinned, 0.0) * max(fresh - prices.cached_input, 0.0)
-        )
+        one_off = summarizing + max(landing - pinned, 0.0) * fresh
         interval = math.sqrt(2 * growth * one_off / cached)
         # Hysteresis: whatever the arithmetic says, the view grows for a few calls past where the
         # last compaction really landed (a large protected tail) before the next one.
         settle = landed + SETTLE_CALLS * growth if landed else 0.0
         return Cycle(growth, landing, interval, max(landing + interval, settle, c.min_trigger_tokens))
+
+    @functools.cached_property
+    def _prices(self) -> tuple[float, float, float]:
+        """A summary's price; the price of a token re-read fresh over cached; a cached token's."""
+        prices, c = self.context.config.pricing, self.config
+        fresh = prices.cache_write if prices.cache_write is not None else prices.input
+        summarizing = c.summary_tokens * prices.summarizer_output + c.request_tokens * prices.summarizer_input
+        return summarizing, max(fresh - prices.cached_input, 0.0), max(prices.cached_input, 1e-9)
+
+    def _sizes(self, state: SessionState) -> tuple[float, float]:
+        """Tokens of the state's summary (its anchors and prose) and of the pinned request; the
+        last state's again while it is the same object (every turn until the next compaction)."""
+        if self._sized is not None and self._sized[0] is state:
+            return self._sized[1], self._sized[2]
+        summary = (
+            len(state.summary or "") + sum(len(a.content) for a in state.anchors)
+        ) / 4 or self.config.summary_tokens
+        pinned = len(state.anchors[0].content) / 4 if state.anchors and self.context.config.pin_request else 0.0
+        self._sized = (state, summary, pinned)
+        return summary, pinned
 
     def growth(self, tokens: int, turn: TurnContext) -> float:
         """Tokens the view grows by a call: what it grew since the last compaction (from the

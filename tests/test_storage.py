@@ -12,6 +12,7 @@ from progressive_compactor.errors import StorageError
 from progressive_compactor.redaction import MASK, SecretRegistry
 from progressive_compactor.storage import (
     append_line,
+    create_private,
     expand_path,
     private_dir,
     read_private,
@@ -88,6 +89,19 @@ def test_a_link_under_the_root_is_never_followed(tmp_path, write):
     with pytest.raises(StorageError, match="symbolic link"):
         write(root / "s" / "f.txt", data, root)
     assert list(outside.iterdir()) == []
+
+
+def test_a_link_at_the_file_itself_is_never_followed(tmp_path):
+    root, target = tmp_path / "root", tmp_path / "target.txt"
+    root.mkdir()
+    target.write_text("untouched")
+    (root / "records.jsonl").symlink_to(target)
+    with pytest.raises(StorageError, match="symbolic link"):
+        append_line(root / "records.jsonl", "x", root)
+    (root / "result.txt").symlink_to(target)
+    assert create_private(root / "result.txt", b"x", root) is False  # taken: the link stays a link
+    assert target.read_text() == "untouched" and (root / "result.txt").is_symlink()
+    assert [p.name for p in root.iterdir() if p.name.startswith(".tmp-")] == []
 
 
 def test_reading_through_a_link_is_refused(tmp_path):
