@@ -45,7 +45,19 @@ _ALIASES = {
     "next step": AnchorType.NEXT_STEP,
     "next_step": AnchorType.NEXT_STEP,
 }
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(.+?)\s*#*\s*$|^\s*\*\*(.+?)\*\*:?\s*$")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}(.+)$|^\s*\*\*(.+?)\*\*:?\s*$")
+"""A Markdown heading (its closing ``#`` are taken off by :func:`_title`) or a line in bold."""
+
+
+def _title(heading: re.Match[str]) -> str:
+    """The title of a heading line, in lower case, without a closing ``:``. The closing ``#``
+    and white space are stripped, not matched: a pattern with three runs that may each take the
+    same spaces costs the cube of their number."""
+    if heading.group(1) is None:
+        return heading.group(2).strip().rstrip(":").lower()
+    text = heading.group(1).lstrip()
+    title = text.rstrip().rstrip("#").rstrip() or text[:1]
+    return title.strip().rstrip(":").lower()
 
 
 def empty_anchors() -> tuple[Anchor, ...]:
@@ -64,7 +76,7 @@ def parse_markdown(text: str) -> ParsedSummary:
     for line in text.splitlines():
         m = _HEADING.match(line)
         if m:
-            title = (m.group(1) or m.group(2) or "").strip().rstrip(":").lower()
+            title = _title(m)
             anchor = _ALIASES.get(title)
             if anchor is not None:
                 current = sections.setdefault(anchor, [])

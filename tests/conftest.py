@@ -7,6 +7,7 @@ plugin authors use too, so the library's own tests exercise what we ship for the
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Callable
 
@@ -84,3 +85,23 @@ def session(tmp_path: Path) -> Path:
     from cli_helpers import synthetic_history, write_jsonl
 
     return write_jsonl(tmp_path / "sess.jsonl", synthetic_history())
+
+
+@pytest.fixture
+def no_hang():
+    """Fail a test that runs over 20 seconds instead of hanging the suite: for inputs that once
+    made a pattern backtrack for years (POSIX only; elsewhere the test just runs)."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def hung(signum: int, frame: object) -> None:
+        raise AssertionError("still running after 20 s: catastrophic backtracking?")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -3,12 +3,18 @@ the deterministic facts that the core adds whatever the summarizer wrote."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from progressive_compactor import CompactionTier, ParsedSummary, hookimpl
 from progressive_compactor.anchors import (
+    _HEADING,
     COMPACTION_MARKER,
     MAX_ANCHOR_LINES,
+    _title,
     compaction_message_text,
     complete,
     empty_anchors,
@@ -87,6 +93,25 @@ def test_text_without_any_heading_is_prose_and_five_na_anchors():
 def test_heading_variants_are_understood(heading):
     parsed = parse_markdown(f"{heading}\nthe goal\n")
     assert by_type(parsed.anchors)[AnchorType.USER_INTENT] == "the goal"
+
+
+HEADING_PIECES = ["#", "##", " ", "\t", "\xa0", "a", "Intent", ":", "*", "**", "b c"]
+OLD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(.+?)\s*#*\s*$|^\s*\*\*(.+?)\*\*:?\s*$")
+
+
+@given(st.lists(st.sampled_from(HEADING_PIECES), max_size=9).map("".join))
+def test_heading_titles_as_the_markdown_pattern_reads_them(line):
+    old, new = OLD_HEADING.match(line), _HEADING.match(line)
+    assert (new is None) == (old is None)
+    if old is not None and new is not None:
+        assert _title(new) == (old.group(1) or old.group(2) or "").strip().rstrip(":").lower()
+
+
+def test_a_long_run_of_spaces_in_a_heading_is_read_at_once(no_hang):
+    # The pattern that also matched the closing "#" and spaces took the cube of their number.
+    parsed = parse_markdown("## User Intent" + " " * 20_000 + "x\nthe goal\n## Key Decisions  ##  \nuse a regex")
+    assert by_type(parsed.anchors)[AnchorType.KEY_DECISION] == "use a regex"
+    assert parsed.prose.startswith("## User Intent")
 
 
 def test_format_and_parse_round_trip():

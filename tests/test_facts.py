@@ -17,6 +17,8 @@ from progressive_compactor.anchors import parse_markdown
 from progressive_compactor.facts import (
     _DECISION,
     _NEXT,
+    _READ_COMMANDS,
+    _clean_path,
     _decisions,
     _files_in_command,
     _sentences,
@@ -184,6 +186,40 @@ PHRASE_PIECES = ["I", "i", "'ll", " will", " use", "decided", "DECISION", "Inste
 def test_phrases_match_as_their_case_insensitive_pattern(text):
     for phrases in (_DECISION, _NEXT):
         assert phrases.search(text) is (re.search(phrases.any.pattern, text, re.I) is not None)
+
+
+def test_an_unclosed_quote_after_long_words_is_found_at_once(no_hang):
+    # A pattern with nested repeats once tried every way to split the words: 2^n steps.
+    with pytest.raises(ValueError, match="No closing quotation"):
+        shell_words("cat " + "a" * 400 + "'")
+    assert _files_in_command("cat notes.txt && cat " + "b" * 400 + "'")[2] == ["notes.txt"]
+
+
+COMMAND_PIECES = ["cat", "sed", "-n", "head", "less", "concat", " ", "\t", "\n", "&&", "&", "|", ";", "a.py",
+                  "'b c.txt'", '"d.md"', "\x0b", "\xa0", "x", "1,5p", ">", "out.txt"]  # fmt: skip
+
+
+def split_reads(command: str) -> list[str]:
+    """The files a command reads, found the plain way: every segment split and looked at."""
+    read: list[str] = []
+    for segment in command.replace("&&", "\n").replace("|", "\n").replace(";", "\n").split("\n"):
+        first = segment.split(None, 1)
+        if not first or first[0] not in {*_READ_COMMANDS, "sed"}:
+            continue
+        words = segment.split()
+        if "'" in segment or '"' in segment:
+            try:
+                words = shlex.split(segment)
+            except ValueError:
+                pass
+        if words and (words[0] in _READ_COMMANDS or (words[0] == "sed" and "-n" in words)):
+            read += [p for p in map(_clean_path, words[1:]) if p]
+    return read
+
+
+@given(st.lists(st.sampled_from(COMMAND_PIECES), max_size=16).map("".join))
+def test_read_files_as_a_split_of_every_segment(command):
+    assert _files_in_command(command)[2] == split_reads(command)
 
 
 SENTENCE_PIECES = [*PHRASE_PIECES, "!", "?", "\n", "\n\n", "\t", " ", ". ", "?\n", "decided that", "0123456789"]
