@@ -12,8 +12,8 @@ import attrs
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionRecord, CompactionTier, CompactorConfig, hookimpl
+from progressive_compactor.converters import compact_json, record_from_dict, record_to_dict, record_to_json
 from progressive_compactor.converters import read_records_file as read_records
-from progressive_compactor.converters import record_from_dict, record_to_dict, record_to_json
 from progressive_compactor.errors import StorageError
 from progressive_compactor.models import SCHEMA_VERSION
 from progressive_compactor.notice import human_bytes, human_tokens
@@ -370,3 +370,14 @@ def test_secrets_never_reach_the_records(make_compactor, tmp_path):
     view = pinned.compact(history)
     assert view[1]["content"] == history[1]["content"].replace("sk-THE-SECRET-VALUE", "[REDACTED]")
     assert "sk-THE-SECRET-VALUE" not in str(view[:3])
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"tier": "soft", "ratio": 0.4321, "text": 'é\n\u2028\t"q"', "list": [1.5, None, True, 0]}, {"odd": "x\ud800y"}],
+    ids=["plain", "lone surrogate"],
+)
+def test_compact_json_writes_what_the_standard_library_writes(data):
+    # orjson for speed; the standard library where orjson refuses (a lone surrogate)
+    assert compact_json(data) == json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(compact_json(data)) == data
