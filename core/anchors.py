@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 from .models import ANCHOR_TITLES, NOT_AVAILABLE, Anchor, AnchorType, Facts, ParsedSummary
 
@@ -98,10 +98,16 @@ def parse_markdown(text: str) -> ParsedSummary:
     return ParsedSummary(tuple(anchors), "\n".join(prose).strip(), tuple(missing))
 
 
+_ORDER = tuple(AnchorType)
+
+
 def complete(anchors: Iterable[Anchor]) -> tuple[Anchor, ...]:
-    """All five anchors in order; absent ones ``N/A``."""
+    """All five anchors in order; absent ones ``N/A`` (anchors that are so already come back as
+    they are)."""
+    if type(anchors) is tuple and tuple(a.type for a in anchors) == _ORDER:
+        return anchors
     by_type = {a.type: a for a in anchors}
-    return tuple(by_type.get(t, Anchor(t)) for t in AnchorType)
+    return tuple(by_type.get(t) or Anchor(t) for t in _ORDER)
 
 
 def _lines(content: str) -> list[str]:
@@ -111,7 +117,10 @@ def _lines(content: str) -> list[str]:
 _BULLET = re.compile(r"^[-*•\d.)\s]+")
 
 
+@functools.lru_cache(maxsize=4096)
 def _norm(line: str) -> str:
+    """A line without its bullet, in lower case, to compare lines (the same lines come back at
+    every merge: cached)."""
     return _BULLET.sub("", line).strip().lower()
 
 
@@ -215,6 +224,7 @@ def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
     counts as present when its text already appears."""
     result = {a.type: a for a in complete(anchors)}
     everything = "\n".join(a.content for a in result.values()).lower()
+    listed = {path for match in _LISTED.finditer("\n" + everything) for path in match.group(1).split(", ")}
     for fact_anchor in facts_as_anchors(facts):
         if fact_anchor.is_empty:
             continue
@@ -228,7 +238,7 @@ def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
             if current.is_empty:
                 result[fact_anchor.type] = fact_anchor
             continue
-        missing = [line for line in _lines(fact_anchor.content) if not _covered(line, everything)]
+        missing = [line for line in _lines(fact_anchor.content) if not _covered(line, everything, listed)]
         if missing:
             lines = missing if current.is_empty else _lines(current.content) + missing
             result[fact_anchor.type] = Anchor(fact_anchor.type, "\n".join(merge_file_lines(lines)))
@@ -295,13 +305,19 @@ def _newest_lines(content: str, limit: int) -> str:
     return "\n".join(sorted(kept, key=lambda line: order.get(line, -1))) or NOT_AVAILABLE
 
 
-def _covered(line: str, lowered: str) -> bool:
+_LISTED = re.compile(r"\n- files (?:created|edited|read): ([^\n]+)")
+"""A file list in lower-case anchors (after a new line put first: a pattern that starts with one
+character is only tried where it is)."""
+
+
+def _covered(line: str, lowered: str, listed: Collection[str] = ()) -> bool:
     """Whether every file path or command of a fact line already appears in ``lowered`` (a text
-    in lower case)."""
+    in lower case) or is one of the paths its file lists name (``listed``: found at once, where a
+    search of the whole text for each of sixty paths is slow)."""
     norm = _norm(line)
     payload = norm.split(":", 1)[-1]
     items = [x.strip() for x in payload.split(", ")] if "files" in norm[:14] else [payload.strip()]
-    return all(item and item in lowered for item in items)
+    return all(item and (item in listed or item in lowered) for item in items)
 
 
 def format_summary(anchors: Sequence[Anchor], prose: str) -> str:
