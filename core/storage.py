@@ -7,8 +7,9 @@ plugin's folder setting may start with ``{data_dir}``.
 
 Ids that name files come from outside (session ids, tool-call ids), and the folders may sit where
 an agent with a shell can plant symbolic links. So: a name is never a path (:func:`safe_name`),
-nothing under a plugin's root is followed if it is a link (each component is checked with
-``lstat`` and files are opened with ``O_NOFOLLOW``), and everything is created owner-only
+nothing under a plugin's root is followed if it is a link (each folder on the way is checked with
+``lstat``; a file is opened with ``O_NOFOLLOW``, or linked into place, which never follows a link
+either), and everything is created owner-only
 (folders 0700, files 0600). Whole files are replaced atomically (a temporary file, then a rename),
 so a crashed process leaves the old content or the new, never a torn file. (They are not synced
 to disk: what a compactor keeps can be rebuilt from the history, and a sync per offload would
@@ -220,7 +221,7 @@ def _open(path: Path, flags: int, root: Path) -> int:
     try:
         return os.open(path, flags, 0o600)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: FreeBSD's answer to O_NOFOLLOW
             raise StorageError(f"refusing {path}: a symbolic link under {root}", path=str(path)) from None
         raise
 

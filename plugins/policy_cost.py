@@ -123,8 +123,9 @@ class CostPolicy:
     def _sizes(self, state: SessionState) -> tuple[float, float]:
         """Tokens of the state's summary (its anchors and prose) and of the pinned request; the
         last state's again while it is the same object (every turn until the next compaction)."""
-        if self._sized is not None and self._sized[0] is state:
-            return self._sized[1], self._sized[2]
+        sized = self._sized  # one read: another thread may serve another session
+        if sized is not None and sized[0] is state:
+            return sized[1], sized[2]
         summary = (
             len(state.summary or "") + sum(len(a.content) for a in state.anchors)
         ) / 4 or self.config.summary_tokens
