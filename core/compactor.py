@@ -343,9 +343,8 @@ class ProgressiveCompactor:
                 work.state = attrs.evolve(work.state, landed_tokens=tokens_after, landed_messages=len(history))
             save_errors: list[str] = []
             saved = self._save_state(sid, work.state, save_errors)
-            if saved:  # the compaction message of the state is the one the turn built for it
-                build = self._tiers.compaction_message_for(sid)
-                cache.refresh(work.state, lambda state, request: work.compaction or build(state, request))
+            if saved:
+                cache.refresh(work.state, self._tiers.compaction_message_for(sid))
             else:  # the next attempt (or turn) builds its view from the state that is stored
                 cache.forget_view()
                 if saved is None and not last:
