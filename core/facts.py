@@ -203,11 +203,7 @@ def shell_words(text: str) -> list[str]:
         end = text.find(quote.group(), quote.end()) + 1
         if end == 0:
             raise ValueError("No closing quotation")
-    return [_QUOTED.sub(_unquote, word) for word in _SHELL_WORD.findall(text)]
-
-
-def _unquote(match: re.Match[str]) -> str:
-    return match.group(1) if match.group(1) is not None else match.group(2)
+    return [_QUOTED.sub(r"\1\2", w) if "'" in w or '"' in w else w for w in _SHELL_WORD.findall(text)]
 
 
 def _files_in_command(command: str) -> tuple[list[str], list[str], list[str]]:
