@@ -6,10 +6,11 @@ plugin authors use too, so the library's own tests exercise what we ship for the
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import signal
+import queue
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -88,20 +89,34 @@ def session(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def no_hang():
-    """Fail a test that runs over 20 seconds instead of hanging the suite: for inputs that once
-    made a pattern backtrack for years (POSIX only; elsewhere the test just runs)."""
-    if not hasattr(signal, "SIGALRM"):
-        yield
-        return
+def in_time() -> Callable[..., Any]:
+    """``run(fn, *args)``: ``fn(*args)`` in a forked child that must finish within 20 seconds; its
+    result comes back (or its exception is raised). For inputs that once made a pattern backtrack
+    for years: the test fails instead of hanging the suite. Where fork does not exist, the call
+    runs in the test's own process."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return lambda fn, *args: fn(*args)
+    context = multiprocessing.get_context("fork")
 
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError("still running after 20 s: catastrophic backtracking?")
+    def child(results: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            results.put((True, fn(*args)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            results.put((False, exc))
 
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    def run(fn: Callable[..., Any], *args: Any) -> Any:
+        results = context.Queue()
+        process = context.Process(target=child, args=(results, fn, args), daemon=True)
+        process.start()
+        try:
+            ok, value = results.get(timeout=20)
+        except queue.Empty:
+            pytest.fail("still running after 20 s: catastrophic backtracking?")
+        finally:
+            process.kill()
+            process.join()
+        if not ok:
+            raise value
+        return value
+
+    return run

@@ -188,11 +188,22 @@ def test_phrases_match_as_their_case_insensitive_pattern(text):
         assert phrases.search(text) is (re.search(phrases.any.pattern, text, re.I) is not None)
 
 
-def test_an_unclosed_quote_after_long_words_is_found_at_once(no_hang):
+def test_an_unclosed_quote_after_long_words_is_found_at_once(in_time):
     # A pattern with nested repeats once tried every way to split the words: 2^n steps.
     with pytest.raises(ValueError, match="No closing quotation"):
-        shell_words("cat " + "a" * 400 + "'")
-    assert _files_in_command("cat notes.txt && cat " + "b" * 400 + "'")[2] == ["notes.txt"]
+        in_time(shell_words, "cat " + "a" * 400 + "'")
+    assert in_time(_files_in_command, "cat notes.txt && cat " + "b" * 400 + "'")[2] == ["notes.txt"]
+
+
+def test_a_command_naming_many_files_costs_time_in_proportion(in_time):
+    # The files were kept in lists, each new path compared with all before it: n^2 (100,000 paths
+    # took about 35 s); the last 30 are what the facts keep.
+    command = "cat " + " ".join(f"src/module{i}.py" for i in range(100_000))
+    messages = messages_from_dicts(
+        [{"role": "assistant", "content": "", "tool_calls": [call("c1", "bash", command=command)]}]
+    )
+    facts = in_time(extract_facts, messages)
+    assert facts.files_read == tuple(f"src/module{i}.py" for i in range(99_970, 100_000))
 
 
 COMMAND_PIECES = ["cat", "sed", "-n", "head", "less", "concat", " ", "\t", "\n", "&&", "&", "|", ";", "a.py",
