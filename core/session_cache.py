@@ -19,6 +19,7 @@ has seen (another history under the same session id, or an edited one).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -63,10 +64,6 @@ def state_key(state: SessionState) -> tuple[Any, ...]:
     """What identifies a state's view: a view built for another state is never reused, even one
     with the same version (a store without compare-and-set may hold two)."""
     return (state.version, state.covered, state.covered_fingerprint, len(state.offloaded), len(state.summary or ""))
-
-
-def _same(a: object, b: object) -> bool:
-    return a is b
 
 
 def as_message(item: Any, index: int) -> Message:
@@ -214,7 +211,7 @@ class SessionCache:
         """``messages`` repaired (a view's continuation), each one's tokens, and the repairs made;
         the last answer again when they are the same messages."""
         done = self._repaired
-        if done is not None and len(done[0]) == len(messages) and all(map(_same, done[0], messages)):
+        if done is not None and len(done[0]) == len(messages) and all(map(operator.is_, done[0], messages)):
             return done[1], done[2], done[3]
         repaired, repairs = repair_tool_pairs(messages, at_start=False)
         counts = self.estimate(repaired) if repaired else []
