@@ -47,6 +47,10 @@ class SecretRegistry:
     def __bool__(self) -> bool:
         return bool(self._values)
 
+    def __len__(self) -> int:
+        """How many secrets are registered (text masked with fewer may need masking again)."""
+        return len(self._values)
+
     def redact(self, text: str) -> str:
         """``text`` with every registered secret, and every start or end of one, masked."""
         if self._pattern is None or not text or self._pattern.search(text) is None:

@@ -104,8 +104,9 @@ class TierRunner:
         self.secrets = secrets
         self.ratio = ratio
         self._last_message: tuple[tuple[Any, ...], Message] | None = None
-        """The last compaction message built and what it was built from: a turn builds the
-        message of its new state, then the cache asks for it again once the state is saved."""
+        """The last compaction message built and what it was built from (the secrets to mask
+        included): a turn builds the message of its new state, then the cache asks for it again
+        once the state is saved."""
 
     def run(
         self, cache: SessionCache, work: TurnWork, tier: CompactionTier, tokens: int
@@ -379,7 +380,7 @@ class TierRunner:
         says where the request is instead of repeating it."""
         todo = self.hooks.todo_context(session_id) if session_id else []
         handles = state.dropped_handles[-MAX_HANDLES_LISTED:]
-        key = (state.covered, state.anchors, state.summary, handles, request, tuple(todo))
+        key = (state.covered, state.anchors, state.summary, handles, request, tuple(todo), len(self.secrets))
         last = self._last_message  # one read: another thread may serve another session
         if last is not None and last[0] == key:
             return last[1]

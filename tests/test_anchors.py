@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,7 +27,8 @@ from progressive_compactor.anchors import (
     merge_file_lines,
     parse_markdown,
 )
-from progressive_compactor.models import NOT_AVAILABLE, Anchor, AnchorType, Facts
+from progressive_compactor.messages import text_of
+from progressive_compactor.models import NOT_AVAILABLE, Anchor, AnchorType, Facts, SessionState
 from progressive_compactor.testing import RecordingSummarizer, build_history, compaction_message, tool_turn, window_for
 
 FULL_TEXT = """## User Intent
@@ -114,6 +116,18 @@ def test_a_long_run_of_spaces_in_a_heading_is_read_at_once(in_time):
     )
     assert by_type(parsed.anchors)[AnchorType.KEY_DECISION] == "use a regex"
     assert parsed.prose.startswith("## User Intent")
+
+
+def test_a_compaction_message_is_built_once_per_content_and_secrets(make_compactor):
+    compactor = make_compactor()
+    state = SessionState(covered=3, summary="the key sk-live-0123456789abcdef was used", anchors=empty_anchors())
+    first = compactor._tiers.compaction_message("s", state)
+    assert compactor._tiers.compaction_message("s", attrs.evolve(state, version=7)) is first  # same content
+    assert compactor._tiers.compaction_message("s", attrs.evolve(state, covered=4)) is not first
+    assert text_of(compactor._tiers.compaction_message("s", state)) == text_of(first)
+    compactor.secrets.add("sk-live-0123456789abcdef")  # registered later (a rotated API key)
+    again = compactor._tiers.compaction_message("s", state)
+    assert "sk-live-0123456789abcdef" in text_of(first) and "sk-live" not in text_of(again)
 
 
 def test_format_and_parse_round_trip():
