@@ -119,9 +119,7 @@ def private_dir(path: Path, root: Path) -> None:
 
 def write_private(path: Path, data: bytes, root: Path) -> None:
     """Replace ``path`` (under ``root``) by ``data`` atomically, readable by the owner only."""
-    private_dir(path.parent, root)
-    _check_under(root, path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # created 0600
+    fd, tmp = _temp_beside(path, root)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -137,14 +135,8 @@ def write_private(path: Path, data: bytes, root: Path) -> None:
 def create_private(path: Path, data: bytes, root: Path) -> bool:
     """Create ``path`` (under ``root``) holding ``data``, owner-only, only if nothing is there:
     True if this call created it, False if it existed. Whole or absent, never partial: the data
-    is written to a temporary file first and linked into place (a link never follows one at
-    ``path``, so only the folders above it are checked)."""
-    _check_under(root, path.parent)
-    try:
-        fd, tmp = _temp_file(path.parent)
-    except FileNotFoundError:  # the first file of its folder
-        private_dir(path.parent, root)
-        fd, tmp = _temp_file(path.parent)
+    is written to a temporary file first and linked into place."""
+    fd, tmp = _temp_beside(path, root)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -159,8 +151,19 @@ def create_private(path: Path, data: bytes, root: Path) -> bool:
             pass
 
 
+def _temp_beside(path: Path, root: Path) -> tuple[int, str]:
+    """A new, empty, owner-only file with a random name in ``path``'s folder (made if missing),
+    and its path. The folders on the way are checked for links; ``path`` itself needs no check:
+    the file is renamed or linked there, which never follows a link."""
+    _check_under(root, path.parent)
+    try:
+        return _temp_file(path.parent)
+    except FileNotFoundError:  # the first file of its folder
+        private_dir(path.parent, root)
+        return _temp_file(path.parent)
+
+
 def _temp_file(folder: Path) -> tuple[int, str]:
-    """A new, empty, owner-only file with a random name in ``folder``: its descriptor and path."""
     while True:
         name = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
         try:
