@@ -155,6 +155,49 @@ def test_the_corpus_at_16k_has_no_invalid_view_no_overflow_and_every_tier(corpus
         assert fired.get(tier.label, 0) > 0, (config, tier.label, fired)
 
 
+def corpus_totals(corpus_dir, make_compactor, config, window):
+    """Billed cost (with a prompt cache), probes kept and total, and summarizer input per call, over
+    the corpus at ``window``: what ``benchmarks/replay.py`` sums."""
+    cost, kept, total, calls, tokens_in = 0.0, {}, {}, 0, 0
+    for path in session_files(corpus_dir):
+        compactor = make_compactor(config, context_window=window)
+        result = replay_session(read_session(path), compactor, path.stem)
+        assert result.invalid_views == 0, (config, window, path.name)
+        assert result.overflows == 0 or config == "baseline-none", (config, window, path.name)
+        cost += result.cost.total
+        for name, found in result.retention.categories.items():
+            kept[name] = kept.get(name, 0) + len(found.kept)
+            total[name] = total.get(name, 0) + found.total
+        calls, tokens_in = calls + result.summarizer_calls, tokens_in + result.summarizer_tokens_in
+        compactor.close()
+    return cost, kept, total, tokens_in / calls if calls else 0.0
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(
+    ("window", "baseline", "most"),
+    [(64_000, "baseline-one-threshold", 0.72), (128_000, "baseline-none", 0.53), (200_000, "baseline-none", 0.53)],
+)
+def test_the_default_costs_what_its_goals_allow_and_keeps_as_much(corpus_dir, make_compactor, window, baseline, most):
+    """The cost goals the default meets, kept from regressing: at most 0.72 × the one-threshold
+    policy at 64k, 0.53 × no compaction at 128k and 200k, with every probe category kept at least
+    as well as the baseline. (At 16k and 32k the goal, 0.80 ×, is not met: 0.877 and 0.837.)"""
+    cost, kept, total, _ = corpus_totals(corpus_dir, make_compactor, "default", window)
+    base_cost, base_kept, base_total, _ = corpus_totals(corpus_dir, make_compactor, baseline, window)
+    assert cost <= most * base_cost, (cost / base_cost, window)
+    assert total == base_total
+    for name in total:
+        assert kept[name] >= base_kept[name], (name, kept[name], base_kept[name])
+
+
+@pytest.mark.corpus
+def test_summary_requests_are_at_most_half_as_large_as_classic_ones(corpus_dir, make_compactor):
+    """Summarizer input per call, default against the classic tiers at 16k (the goal: at most half
+    of what the classic requests took, 7,350 tokens then)."""
+    *_, lean = corpus_totals(corpus_dir, make_compactor, "default", 16_000)
+    assert 0 < lean <= 7350 / 2
+
+
 def test_a_replay_never_writes_to_the_configs_own_stores(tmp_path):
     from progressive_compactor.lab.replay import isolated_config
 
