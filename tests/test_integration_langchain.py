@@ -33,6 +33,7 @@ from integration_replay import (  # noqa: E402
 )
 from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
 from progressive_compactor.anchors import COMPACTION_MARKER  # noqa: E402
+from progressive_compactor.integrations.common import Adapter  # noqa: E402
 from progressive_compactor.integrations.langchain import (  # noqa: E402
     CompactionMiddleware,
     ContextWindowExceededError,
@@ -299,3 +300,14 @@ def test_the_compaction_role_is_checked_and_applied_and_a_function_may_name_sess
     assert isinstance(from_dict(compaction), HumanMessage)
     named = CompactionMiddleware(compactor, session_id=lambda request: f"ticket-{request}")
     assert named.session_of(7) == "ticket-7"
+
+
+def test_the_adapter_lets_the_frameworks_base_class_initialise(tmp_path):
+    class Framework:
+        def __init__(self):
+            self.ready = True
+
+    class Middleware(Adapter, Framework):
+        ROLES = ("human", "system")
+
+    assert Middleware(ProgressiveCompactor("default", data_dir=str(tmp_path))).ready

@@ -184,6 +184,7 @@ class Adapter:
         role = self.ROLES[0] if compaction_role is None else compaction_role
         if role not in self.ROLES:
             raise ValueError(f"compaction_role must be {self.ROLES[0]!r} or {self.ROLES[1]!r}, got {role!r}")
+        super().__init__()  # the framework's base class, when an adapter has one (LangChain's middleware)
         self.compactor = compactor
         self.session_id = session_id
         self.compaction_role = role
