@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import os
+import random
 import threading
 import time
 import weakref
@@ -52,6 +53,19 @@ from .usage import UsageAnchors, corrected
 from .validation import config_from_dict, load_config
 
 log = logging.getLogger("progressive_compactor")
+_ids = random.Random()
+"""Record ids: 128 random bits, unique but not secret (a system random number per record cost more
+than the rest of a record). Seeded from ``os.urandom``, and again in a forked child, so two
+workers never draw the same ids."""
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ids.seed)
+
+
+def new_record_id() -> str:
+    """A new record id: 32 hexadecimal digits."""
+    return f"{_ids.getrandbits(128):032x}"
+
+
 EMERGENCY_ERROR = EMERGENCY_CAUSE
 History = Sequence[Mapping[str, Any] | Message]
 SAVE_ATTEMPTS = 3
@@ -218,7 +232,7 @@ class ProgressiveCompactor:
 
     def _run_sync(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
         sid = self._session_id(session_id)
-        with self._locks.setdefault(sid, threading.Lock()):
+        with self._locks.get(sid) or self._locks.setdefault(sid, threading.Lock()):
             return self._drive_sync(self._turn(history, sid, force))
 
     async def _run_async(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
@@ -370,7 +384,7 @@ class ProgressiveCompactor:
         summarized = tier >= CompactionTier.SOFT
         redact = self.secrets.redact
         return CompactionRecord(
-            id=secrets.token_hex(16),
+            id=new_record_id(),
             session_id=work.session_id,
             timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             tier=tier,
@@ -385,7 +399,7 @@ class ProgressiveCompactor:
             summary_text=redact(work.state.summary or "") if summarized else "",
             compression_ratio=round(1 - tokens_after / tokens_before, 4) if tokens_before else 0.0,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            errors=tuple(redact(e) for e in work.errors),
+            errors=tuple(map(redact, work.errors)) if work.errors else (),
             fallback=work.fallback,
             escalations=tuple(work.escalations),
             variant=self.config.variant,

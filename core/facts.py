@@ -12,6 +12,8 @@ import re
 import shlex
 from typing import Any, Iterable, Iterator, Sequence
 
+import orjson
+
 from .messages import text_of
 from .models import Facts, Message
 
@@ -115,10 +117,18 @@ def first_user_request(messages: Sequence[Message], limit: int) -> str | None:
 
 
 def _arguments(call_arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(call_arguments) if call_arguments else {}
-    except (json.JSONDecodeError, ValueError):
+    """A tool call's arguments as a dict (empty when they are not a JSON object). Read by orjson,
+    three times faster than the standard library; what orjson refuses (NaN, a lone surrogate) by
+    the standard library. Only names and text are looked at: a number's type does not matter."""
+    if not call_arguments:
         return {}
+    try:
+        value = orjson.loads(call_arguments)
+    except ValueError:
+        try:
+            value = json.loads(call_arguments)
+        except ValueError:
+            return {}
     return value if isinstance(value, dict) else {}
 
 

@@ -333,14 +333,7 @@ class TierRunner:
         offloaded = dict(work.state.offloaded)
         start = work.state.covered
         changed = False
-        after: list[int] = []
         counts = work.counts
-        if break_factor is not None:
-            total = 0
-            for count in reversed(counts):
-                after.append(total)
-                total += count
-            after.reverse()
         for i in range(min(end, len(work.uncovered))):
             m = work.uncovered[i]
             if m.role != "tool" or not m.tool_call_id or str(start + i) in offloaded:
@@ -348,8 +341,10 @@ class TierRunner:
             size = len(text_of(m))
             if size <= threshold:
                 continue
-            if break_factor is not None and after[i] > break_factor * (counts[i] * (1 - PLACEHOLDER_CHARS / size)):
-                continue
+            if break_factor is not None:
+                after = sum(counts[i + 1 :])  # tokens the provider must read again if this one changes
+                if after > break_factor * (counts[i] * (1 - PLACEHOLDER_CHARS / size)):
+                    continue
             try:
                 entry = self.hooks.offload(m, work.session_id, threshold)
             except Exception as exc:  # noqa: BLE001 - keep the original, note the error

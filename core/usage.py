@@ -62,7 +62,10 @@ class UsageAnchors:
     def returned(self, session_id: str, estimated: int) -> None:
         """A view estimated at ``estimated`` tokens was returned for the session."""
         with self._lock:
-            self._sessions.setdefault(session_id, UsageAnchor()).estimated = estimated
+            anchor = self._sessions.get(session_id)
+            if anchor is None:
+                anchor = self._sessions[session_id] = UsageAnchor()
+            anchor.estimated = estimated
 
     def observe(self, session_id: str, input_tokens: int) -> float | None:
         """The provider counted ``input_tokens`` for the last view returned; the new ratio, or

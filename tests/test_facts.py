@@ -18,6 +18,7 @@ from progressive_compactor.facts import (
     _DECISION,
     _NEXT,
     _READ_COMMANDS,
+    _arguments,
     _clean_path,
     _decisions,
     _files_in_command,
@@ -242,6 +243,30 @@ def test_sentences_and_decisions_as_a_split_and_a_search_of_each(text):
     sentences = [s.strip() for s in pieces if len(s.strip()) > 12]
     assert _sentences(text) == sentences
     assert _decisions(text) == [s for s in sentences if _DECISION.search(s)]
+
+
+def standard_arguments(text: str) -> dict:
+    """A call's arguments read the plain way, by the standard library."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+ARGUMENT_PIECES = ['{"command": ', '"cat a.py"', '"\\ud800"', '"\ud800"', "NaN", "Infinity", "1e999", "-0",
+                   "123456789012345678901234567890", '{"path": "x"}', "[1, 2]", ", ", '"k": ', "}", "{", "null", "\xa0"]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(ARGUMENT_PIECES), max_size=8).map("".join))
+def test_arguments_read_as_the_standard_library_reads_them(text):
+    # orjson reads them; what it refuses (NaN, a lone surrogate) the standard library does. A
+    # number beyond 64 bits may come back as a float: only names and text values are looked at.
+    def texts(value):
+        return {k: v for k, v in value.items() if isinstance(v, str)}
+
+    assert texts(_arguments(text)) == texts(standard_arguments(text))
+    assert _arguments(text).keys() == standard_arguments(text).keys()
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionRecord, CompactionTier, CompactorConfig, hookimpl
+from progressive_compactor.compactor import new_record_id
 from progressive_compactor.converters import compact_json, record_from_dict, record_to_dict, record_to_json
 from progressive_compactor.converters import read_records_file as read_records
 from progressive_compactor.errors import StorageError
@@ -381,3 +382,22 @@ def test_compact_json_writes_what_the_standard_library_writes(data):
     # orjson for speed; the standard library where orjson refuses (a lone surrogate)
     assert compact_json(data) == json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     assert json.loads(compact_json(data)) == data
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_worker_draws_other_record_ids():
+    # Record ids come from a generator seeded once per process: a forked worker (gunicorn, a
+    # multiprocessing pool) is seeded again, or it would draw the very ids of its parent, and a
+    # database store keyed on the id would keep one record of the two.
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, new_record_id().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.waitpid(pid, 0)
+    mine = new_record_id()
+    assert len(mine) == len(child) == 32
+    assert int(mine, 16) != int(child, 16)
+    assert len({new_record_id() for _ in range(1000)}) == 1000

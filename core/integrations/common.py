@@ -23,7 +23,6 @@ the original (only the content, or a tool call's arguments, differ).
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import attrs
 
 from ..anchors import COMPACTION_MARKER
-from ..compactor import ProgressiveCompactor
+from ..compactor import ProgressiveCompactor, new_record_id
 from ..errors import CompactorError
 from ..messages import message_from_dict, view_problems
 from ..models import CompactionRecord, CompactionTier
@@ -150,7 +149,7 @@ def failure_record(
     except Exception:  # noqa: BLE001 - a count is a nicety here
         tokens = sum(len(str(m.get("content") or "")) for m in history) // 4
     return CompactionRecord(
-        id=secrets.token_hex(16),
+        id=new_record_id(),
         session_id=session_id,
         timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         tier=CompactionTier.NONE,
