@@ -74,6 +74,7 @@ from .models import (
     ToolCall,
     TurnContext,
 )
+from .notice import changed_view
 from .plugin_manager import PluginContext
 from .pricing import PriceTable
 from .redaction import SecretRegistry, connection_passwords, mask_passwords
@@ -172,6 +173,7 @@ __all__ = [
     "TurnContext",
     "append_line",
     "bound_text",
+    "changed_view",
     "char_count",
     "check_thresholds",
     "connection_passwords",

@@ -1,9 +1,10 @@
 """``store-jsonl``: one JSONL file of CompactionRecords per session.
 
 Path: ``{directory}/{session}.jsonl``, by default ``{data_dir}/records``. Append-only, one record
-per line, owner-only permissions, secrets masked. Records of tier None are skipped unless
-``record_none`` is set. A torn last line (a crash mid-write) is skipped with a warning when read,
-and the next append starts on a fresh line.
+per line, owner-only permissions, secrets masked. The records of calls that changed nothing (tier
+None, a Warn with no result worth offloading) are skipped unless ``record_none`` is set. A torn
+last line (a crash mid-write) is skipped with a warning when read, and the next append starts on
+a fresh line.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import attrs
 
 from progressive_compactor.plugin import (
     CompactionRecord,
-    CompactionTier,
     PluginContext,
     SessionInfo,
     append_line,
+    changed_view,
     hookimpl,
     read_records_file,
     record_to_json,
@@ -32,7 +33,7 @@ class JsonlStore:
     class Config:
         directory: str = "{data_dir}/records"
         record_none: bool = False
-        """Also store the records of turns that compacted nothing (for cost over every turn)."""
+        """Also store the records of calls that changed nothing (for cost over every call)."""
 
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()
@@ -44,7 +45,7 @@ class JsonlStore:
 
     @hookimpl
     def persist_record(self, record: CompactionRecord) -> None:
-        if record.tier is CompactionTier.NONE and not self.config.record_none:
+        if not (self.config.record_none or changed_view(record)):
             return
         line = self.context.secrets.redact(record_to_json(record))
         append_line(self.path_for(record.session_id), line, self.directory)

@@ -180,6 +180,26 @@ def warn_history(calls: int = 10, size: int = 6000) -> list[dict[str, Any]]:
     return build_history([size] * calls)
 
 
+def assert_changed_nothing_is_kept_only_when_asked(make) -> None:
+    """A store keeps the record of a call that changed nothing (tier None, or a Warn with no
+    result worth offloading) only with ``record_none``; a Warn that offloaded, always.
+    ``make(record_none, **overrides)`` builds a compactor on the store (classic thresholds)."""
+    quiet, busy = warn_history(10, 100), warn_history(10, 6000)
+    for record_none in (False, True):
+        none = make(record_none).compact_with_record(quiet, "none")[1]
+        warned = make(record_none, context_window=window_for(quiet, 0.65))
+        idle = warned.compact_with_record(quiet, "idle")[1]
+        offloaded = make(record_none, context_window=window_for(busy, 0.65)).compact_with_record(busy, "busy")[1]
+        assert none.tier is CompactionTier.NONE and not none.errors
+        assert idle.tier is CompactionTier.WARN and not idle.offloaded and idle.tokens_after == idle.tokens_before
+        assert offloaded.tier is CompactionTier.WARN and offloaded.offloaded
+        kept = {sid: [r.id for r in warned.records(sid) or ()] for sid in ("none", "idle", "busy")}
+        expected = [none.id], [idle.id], [offloaded.id]
+        assert tuple(kept.values()) == (expected if record_none else ([], [], [offloaded.id]))
+        for sid in kept:
+            warned.delete_session(sid)
+
+
 # --- the faults of a database server (PostgreSQL and Redis) -----------------------------------
 
 
@@ -372,10 +392,10 @@ class StoreContract:
         assert [r.id for r in compactor.records("once")] == [record.id]
         assert compactor.records("nothing-here") is None
 
-    def test_records_of_tier_none_are_kept_only_when_asked(self, backend):
-        compactor = backend.compactor(config=backend.config(record_none=False))
-        compactor.compact_with_record(warn_history(3, 100), "quiet")
-        assert compactor.records("quiet") is None
+    def test_records_of_calls_that_changed_nothing_are_kept_only_when_asked(self, backend):
+        assert_changed_nothing_is_kept_only_when_asked(
+            lambda record_none, **overrides: backend.compactor(config=backend.config(record_none), **overrides)
+        )
 
     def test_a_reused_call_id_with_other_text_gets_its_own_handle(self, backend):
         plugin = backend.compactor().pm.get_plugin(f"offload-{backend.kind}")

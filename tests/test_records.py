@@ -23,6 +23,7 @@ from progressive_compactor.plugin_manager import PluginContext
 from progressive_compactor.plugins.store_jsonl import JsonlStore
 from progressive_compactor.storage import append_line
 from progressive_compactor.testing import ListStore, build_history, window_for
+from store_contract import assert_changed_nothing_is_kept_only_when_asked
 
 BASE_FIELDS = (
     "id session_id timestamp tier tokens_before tokens_after msgs_before msgs_after anchors offloaded "
@@ -80,6 +81,15 @@ def test_tier_none_is_skipped_unless_asked_for(make_compactor, tmp_path):
     _, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.NONE
     assert [r.id for r in read_records(tmp_path / "records" / "test-session.jsonl")] == [record.id]
+
+
+def test_a_call_that_changed_nothing_is_stored_only_when_asked(make_compactor):
+    # A Warn that found no result worth offloading changed nothing, as a call of tier None: its
+    # record is returned, and stored only with record_none (one file append a call saved).
+    def make(record_none, **overrides):
+        return make_compactor(config={"store-jsonl": {"record_none": record_none}}, **overrides)
+
+    assert_changed_nothing_is_kept_only_when_asked(make)
 
 
 def test_records_are_private(full_run):

@@ -26,6 +26,7 @@ from ..converters import record_from_dict, record_to_json, state_from_json, stat
 from ..errors import OffloadError, StorageError
 from ..hookspecs import hookimpl
 from ..models import CompactionRecord, CompactionTier, Message, OffloadEntry, SessionInfo, SessionState
+from ..notice import changed_view
 from ..plugin_manager import PluginContext
 from ..tools import offload_handles, offload_text
 from .common import decode, encode, new_stamp, storable_json
@@ -116,14 +117,15 @@ class DatabaseState(_DatabasePlugin):
 
 class DatabaseRecords(_DatabasePlugin):
     """``persist_record`` / ``read_records``: one row (or list entry) per record, keyed by the
-    record's id, so a retried write never stores it twice. Records of tier None are skipped
-    unless the plugin's ``record_none`` setting is on."""
+    record's id, so a retried write never stores it twice. The records of calls that changed
+    nothing (tier None, a Warn with no result worth offloading) are skipped unless the plugin's
+    ``record_none`` setting is on."""
 
     kind = "records"
 
     @hookimpl
     def persist_record(self, record: CompactionRecord) -> None:
-        if record.tier is CompactionTier.NONE and not getattr(self.config, "record_none", False):
+        if not (getattr(self.config, "record_none", False) or changed_view(record)):
             return
         text = storable_json(self.context.secrets.redact(record_to_json(record)))
         self.db.add_record(record.id, record.session_id, text)

@@ -25,9 +25,9 @@ import attrs
 
 from progressive_compactor.plugin import (
     CompactionRecord,
-    CompactionTier,
     PluginContext,
     SessionInfo,
+    changed_view,
     hookimpl,
     record_from_dict,
     record_to_json,
@@ -50,7 +50,8 @@ class SqliteStore:
     class Config:
         path: str = "{data_dir}/records.sqlite3"
         record_none: bool = False
-        """Also keep records of turns that needed no compaction."""
+        """Also keep the records of calls that changed nothing (tier None, a Warn with nothing to
+        offload)."""
 
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()
@@ -70,7 +71,7 @@ class SqliteStore:
 
     @hookimpl
     def persist_record(self, record: CompactionRecord) -> None:
-        if record.tier is CompactionTier.NONE and not self.config.record_none:
+        if not (self.config.record_none or changed_view(record)):
             return
         data = self.context.secrets.redact(record_to_json(record))
         with self._lock, self._db() as db:
