@@ -25,7 +25,7 @@ import attrs
 from ..converters import record_from_dict, record_to_json, state_from_json, state_to_json
 from ..errors import OffloadError, StorageError
 from ..hookspecs import hookimpl
-from ..models import CompactionRecord, CompactionTier, Message, OffloadEntry, SessionInfo, SessionState
+from ..models import CompactionRecord, Message, OffloadEntry, SessionInfo, SessionState
 from ..notice import changed_view
 from ..plugin_manager import PluginContext
 from ..tools import offload_handles, offload_text
