@@ -6,9 +6,10 @@ per reply: ``call_0`` again and again) gets ``{call}.{hash}``: the first writer 
 name, files are created exclusively, so two processes never overwrite each other's results. Session and tool-call ids come from outside: an id that is not a plain name
 is replaced by ``_`` and a hash of it, so no id can name a path outside the root, and nothing
 under the root is followed if it is a symbolic link. Folders are owner-only (0700), files
-owner-only (0600) and written atomically; secrets are masked before anything is written. Each
-session folder holds a ``.session_id`` file with the id it belongs to, so that ``list_sessions``
-reports real ids.
+owner-only (0600) and written atomically; secrets are masked before anything is written. A
+session folder whose name is a hash (an id that is not a plain name) holds a ``.session_id`` file
+with the id it belongs to, so that ``list_sessions`` reports real ids; a plain id is the folder's
+name.
 """
 
 from __future__ import annotations
@@ -82,9 +83,9 @@ class FileOffloader:
         raise OffloadError(f"cannot keep the result of {tool_call_id!r}: {folder} holds other texts under its names")
 
     def _mark(self, folder: Path, session_id: str) -> None:
-        """Write the session's id beside its results, once (a folder this process marked is
-        remembered until the session is deleted)."""
-        if folder.name in self._marked:
+        """Write the session's id beside its results when the folder's name is not the id, once
+        (a folder this process marked is remembered until the session is deleted)."""
+        if folder.name == session_id or folder.name in self._marked:
             return
         if not os.path.lexists(folder / ID_FILE):
             write_private(folder / ID_FILE, session_id.encode("utf-8", "surrogatepass"), self.root)
