@@ -29,19 +29,12 @@ _READ_TOOLS = re.compile(r"read|view|open|cat|show", re.I)
 _WRITE_TOOLS = re.compile(r"write|create|new", re.I)
 _EDIT_TOOLS = re.compile(r"edit|replace|patch|insert|update|modify", re.I)
 _SKIP_TOOLS = re.compile(r"grep|glob|search|find|list|ls", re.I)
-# What marks a failed tool result. Results run to megabytes and a regex alternation tries every
-# position, so plain substrings are looked for first and a pattern only runs where its literal is.
-_FAILURE_TEXTS = (
-    "command not found",
-    "Traceback (most recent call last)",
-    "<tool_use_error>",
-    "No such file or directory",
-)
-_FAILURE_PATTERNS = (
-    ("<returncode>", re.compile(r"<returncode>\s*[1-9]\d*\s*</returncode>")),
-    ("Exit code", re.compile(r"\bExit code:? [1-9]")),
-    ("exit status ", re.compile(r"\bexit status [1-9]")),
-)
+# What marks a failed tool result (see is_failure). Results run to megabytes and a regex
+# alternation tries every position, so plain substrings are looked for first and a pattern only
+# runs where its literal is.
+_RETURN_CODE = re.compile(r"<returncode>\s*[1-9]\d*\s*</returncode>")
+_EXIT_CODE = re.compile(r"\bExit code:? [1-9]")
+_EXIT_STATUS = re.compile(r"\bexit status [1-9]")
 _FAILURE_LINE_WORDS = ("Error", "ERROR", "error", "fatal", "FAILED")
 _FAILURE_LINE_START = re.compile(r"\n(?:Error|ERROR|error|fatal|FAILED)")
 """A line that starts with one of the words: one scan, where five ``in`` tests took five."""
@@ -260,9 +253,15 @@ def error_line(text: str) -> str:
 def is_failure(text: str) -> bool:
     """Whether a tool result says its command failed: a non-zero exit code, a traceback, a
     missing command or file, or a line that starts with ``Error``/``fatal``/``FAILED``."""
-    if any(literal in text for literal in _FAILURE_TEXTS):
-        return True
-    if any(literal in text and pattern.search(text) for literal, pattern in _FAILURE_PATTERNS):
+    if (  # written out: a loop over the literals cost an eighth more
+        "command not found" in text
+        or "Traceback (most recent call last)" in text
+        or "<tool_use_error>" in text
+        or "No such file or directory" in text
+        or ("<returncode>" in text and _RETURN_CODE.search(text) is not None)
+        or ("Exit code" in text and _EXIT_CODE.search(text) is not None)
+        or ("exit status " in text and _EXIT_STATUS.search(text) is not None)
+    ):
         return True
     starts = text.startswith(_FAILURE_LINE_WORDS) or _FAILURE_LINE_START.search(text) is not None
     return starts and _FAILURE_LINE.search(text) is not None
