@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import operator
 import os
 import sys
 from importlib import metadata
@@ -382,7 +383,16 @@ class _PluginManager(pluggy.PluginManager):
 _HOT_HOOKS = ("estimate_tokens", "determine_tier", "load_state", "persist_record")
 """Hooks called on every turn. Without hook wrappers, they are called straight from a cached list
 of implementations: pluggy's general machinery costs more than a turn without compaction."""
-_Impl = tuple[Callable[..., Any], tuple[str, ...], str]
+_Impl = tuple[Callable[..., Any], Callable[[dict[str, Any]], tuple[Any, ...]], str]
+"""An implementation: its function, what picks its arguments out of the call's, its plugin's name."""
+
+
+def _picker(names: Sequence[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """What picks an implementation's arguments (``names``, in order) out of a hook call's."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda kwargs: (kwargs[name],)
+    return operator.itemgetter(*names) if names else lambda kwargs: ()
 
 
 class Hooks:
@@ -416,15 +426,15 @@ class Hooks:
                 if any(i.hookwrapper or getattr(i, "wrapper", False) for i in impls):
                     self._direct[name] = None
                 else:
-                    self._direct[name] = [(i.function, tuple(i.argnames), i.plugin_name) for i in reversed(impls)]
+                    self._direct[name] = [(i.function, _picker(i.argnames), i.plugin_name) for i in reversed(impls)]
         return self._direct[hook]
 
     def _first(self, hook: str, **kwargs: Any) -> Any:
         impls = self._impls(hook)
         if impls is None:
             return getattr(self._h, hook)(**kwargs)
-        for function, argnames, _ in impls:
-            result = function(*[kwargs[a] for a in argnames])
+        for function, pick, _ in impls:
+            result = function(*pick(kwargs))
             if result is not None:
                 return result
         return None
@@ -523,13 +533,13 @@ class Hooks:
         impls = self._impls(hook) if hook in _HOT_HOOKS else None
         if impls is None:
             impls = [
-                (i.function, tuple(i.argnames), i.plugin_name)
+                (i.function, _picker(i.argnames), i.plugin_name)
                 for i in reversed(getattr(self._h, hook).get_hookimpls())
                 if not (i.hookwrapper or getattr(i, "wrapper", False))
             ]
-        for function, argnames, name in impls:
+        for function, pick, name in impls:
             try:
-                results.append(function(*[kwargs[a] for a in argnames]))
+                results.append(function(*pick(kwargs)))
             except Exception as exc:  # noqa: BLE001 - fail-open: log, note, go on
                 cause = self.secrets.redact(f"{type(exc).__name__}: {exc}")
                 log.warning("%s of plugin %s failed: %s", hook, name, cause)

@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionRecord, CompactionTier, CompactorConfig, hookimpl
-from progressive_compactor.compactor import new_record_id
+from progressive_compactor.compactor import new_record_id, record_timestamp
 from progressive_compactor.converters import compact_json, record_from_dict, record_to_dict, record_to_json
 from progressive_compactor.converters import read_records_file as read_records
 from progressive_compactor.errors import StorageError
@@ -411,3 +411,16 @@ def test_a_forked_worker_draws_other_record_ids():
     assert len(mine) == len(child) == 32
     assert int(mine, 16) != int(child, 16)
     assert len({new_record_id() for _ in range(1000)}) == 1000
+
+
+@pytest.mark.parametrize(
+    "now", [0.0, 1.5, 1_764_600_000.0004, 1_764_600_000.9996, 1_764_600_059.999999, 4_102_444_799.25]
+)
+def test_a_timestamp_is_what_datetime_writes(monkeypatch, now):
+    from datetime import datetime, timezone
+
+    import progressive_compactor.compactor as compactor_module
+
+    monkeypatch.setattr(compactor_module.time, "time", lambda: now)
+    expected = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds")
+    assert record_timestamp() == record_timestamp() == expected

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import attrs
 
 from ..anchors import COMPACTION_MARKER
-from ..compactor import ProgressiveCompactor, new_record_id
+from ..compactor import ProgressiveCompactor, new_record_id, record_timestamp
 from ..errors import CompactorError
 from ..messages import message_from_dict, view_problems
 from ..models import CompactionRecord, CompactionTier
@@ -151,7 +150,7 @@ def failure_record(
     return CompactionRecord(
         id=new_record_id(),
         session_id=session_id,
-        timestamp=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        timestamp=record_timestamp(),
         tier=CompactionTier.NONE,
         tokens_before=tokens,
         tokens_after=tokens,
