@@ -206,7 +206,13 @@ def shell_words(text: str) -> list[str]:
         end = text.find(quote.group(), quote.end()) + 1
         if end == 0:
             raise ValueError("No closing quotation")
-    return [_QUOTED.sub(r"\1\2", w) if "'" in w or '"' in w else w for w in _SHELL_WORD.findall(text)]
+    return [_QUOTED.sub(_unquoted, w) if "'" in w or '"' in w else w for w in _SHELL_WORD.findall(text)]
+
+
+def _unquoted(match: re.Match[str]) -> str:
+    """What a quoted piece says (a function: a template, ``\\1\\2``, is expanded in Python)."""
+    single = match.group(1)
+    return single if single is not None else match.group(2)
 
 
 def _files_in_command(command: str) -> tuple[list[str], list[str], list[str]]:
@@ -338,19 +344,23 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
         if m.role == "assistant":
             for call in m.tool_calls:
                 calls[call.id] = (call.name, call.arguments)
-                _add(tools, [call.name])
+                tools[call.name] = None
                 args = _arguments(call.arguments)
                 command = _command_of(args)
-                sub = str(args.get("command", "")) if command else ""
-                path = next((args[k] for k in _PATH_KEYS if isinstance(args.get(k), str)), None)
+                path = None
+                for key in _PATH_KEYS:
+                    if isinstance(args.get(key), str):
+                        path = args[key]
+                        break
                 if path and not _SKIP_TOOLS.fullmatch(call.name or ""):
+                    sub = str(args.get("command", "")) if command else ""
                     kind = f"{call.name} {sub}"
                     if _WRITE_TOOLS.search(kind) and "view" not in sub:
-                        _add(created, [path])
+                        created[path] = None
                     elif _EDIT_TOOLS.search(kind):
-                        _add(edited, [path])
+                        edited[path] = None
                     elif _READ_TOOLS.search(kind):
-                        _add(read, [path])
+                        read[path] = None
                 if command is not None:
                     c, e, r = _files_in_command(command)
                     _add(created, c)
@@ -364,7 +374,7 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
             line = error_line(text) if text and is_failure(text) else ""
             if line:  # a search that found nothing "fails" with no output: nothing to learn from it
                 name, arguments = calls.get(m.tool_call_id or "", (m.name or "tool", ""))
-                _add(failed, [f"`{describe_call(name, arguments)}` -> {line}"])
+                failed[f"`{describe_call(name, arguments)}` -> {line}"] = None
     only_read = [p for p in read if p not in created and p not in edited]
     return Facts(
         user_request=first_user_request(messages, intent_limit),

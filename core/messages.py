@@ -68,8 +68,8 @@ def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Mess
 
 
 def _tool_call_from_dict(data: Any, index: int | None) -> ToolCall:
-    function = data.get("function") if isinstance(data, Mapping) else None
-    if not isinstance(function, Mapping) or not isinstance(data.get("id"), str):
+    function = data.get("function") if type(data) is dict or isinstance(data, Mapping) else None
+    if not (type(function) is dict or isinstance(function, Mapping)) or not isinstance(data.get("id"), str):
         raise InvalidMessagesError(
             f"message {index}: each tool call needs an 'id' and a 'function' object", index, data
         )
