@@ -121,8 +121,10 @@ def write_private(path: Path, data: bytes, root: Path) -> None:
     """Replace ``path`` (under ``root``) by ``data`` atomically, readable by the owner only."""
     fd, tmp = _temp_beside(path, root)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)  # a link at ``path`` is replaced, never followed
     except BaseException:
         try:
@@ -138,8 +140,10 @@ def create_private(path: Path, data: bytes, root: Path) -> bool:
     is written to a temporary file first and linked into place."""
     fd, tmp = _temp_beside(path, root)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
         os.link(tmp, path)  # fails if anything, a link included, is already at ``path``
         return True
     except FileExistsError:
@@ -149,6 +153,13 @@ def create_private(path: Path, data: bytes, root: Path) -> bool:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write ``data`` to ``fd`` whole (a file object per write cost a tenth of an offload)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _temp_beside(path: Path, root: Path) -> tuple[int, str]:
