@@ -37,14 +37,17 @@ def check_thresholds(config: Any, block: str) -> None:
         )
 
 
+_HIGHEST_FIRST = (
+    ("emergency", CompactionTier.EMERGENCY),
+    ("full", CompactionTier.FULL),
+    ("soft", CompactionTier.SOFT),
+    ("warn", CompactionTier.WARN),
+)
+
+
 def tier_for_share(ratio: float, config: Any) -> CompactionTier:
     """The tier whose threshold ``ratio`` (the view's share of the window) has reached."""
-    for name, tier in (
-        ("emergency", CompactionTier.EMERGENCY),
-        ("full", CompactionTier.FULL),
-        ("soft", CompactionTier.SOFT),
-        ("warn", CompactionTier.WARN),
-    ):
+    for name, tier in _HIGHEST_FIRST:
         if ratio >= getattr(config, name):
             return tier
     return CompactionTier.NONE
