@@ -253,15 +253,17 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
         m, renamed = _distinct_call_ids(m)
         out.append(m)
         repairs += sum(len(names) - 1 for names in renamed.values())
+        unused = {call_id: iter(names) for call_id, names in renamed.items()}  # each name once, in order
         ids = {c.id for c in m.tool_calls}
         answered: set[str] = set()
         stray: list[Message] = []
         while i < n and messages[i].role == "tool":
             result = messages[i]
             i += 1
-            names = renamed.get(result.tool_call_id or "")
-            if names:  # the k-th result of a repeated id answers its k-th call
-                result = attrs.evolve(result, tool_call_id=names.pop(0), raw=None)
+            names = unused.get(result.tool_call_id or "")
+            name = next(names, None) if names is not None else None
+            if name is not None:  # the k-th result of a repeated id answers its k-th call
+                result = attrs.evolve(result, tool_call_id=name, raw=None)
             if result.tool_call_id in ids and result.tool_call_id not in answered:
                 answered.add(result.tool_call_id or "")
                 out.append(result)
