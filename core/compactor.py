@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import random
 import threading
 import time
 import weakref
@@ -45,6 +43,7 @@ from .models import (
 )
 from .options import keyword_plugins
 from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
+from .record_stamp import new_record_id, record_timestamp
 from .redaction import SecretRegistry, config_secrets
 from .session_cache import SessionCache
 from .tiers import Summarized, TierRunner, TurnWork
@@ -52,35 +51,6 @@ from .usage import UsageAnchors, corrected
 from .validation import config_from_dict, load_config
 
 log = logging.getLogger("progressive_compactor")
-_ids = random.Random()
-"""Record ids: 128 random bits, unique but not secret (a system random number per record cost more
-than the rest of a record). Seeded from ``os.urandom``, and again in a forked child, so two
-workers never draw the same ids."""
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_ids.seed)
-
-
-def new_record_id() -> str:
-    """A new record id: 32 hexadecimal digits."""
-    return f"{_ids.getrandbits(128):032x}"
-
-
-_second: tuple[int, str] = (-1, "")
-"""The last whole second a record was stamped at, written out (once a second, not once a call)."""
-
-
-def record_timestamp() -> str:
-    """Now in ISO 8601, UTC, to the millisecond: what ``datetime.now(timezone.utc).isoformat(
-    timespec="milliseconds")`` writes, in a third of its time."""
-    global _second
-    now = time.time()
-    whole = int(now)
-    second = _second  # one read: another thread may stamp a record
-    if second[0] != whole:
-        second = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{second[1]}.{int((now - whole) * 1000):03d}+00:00"
-
-
 EMERGENCY_ERROR = EMERGENCY_CAUSE
 History = Sequence[Mapping[str, Any] | Message]
 SAVE_ATTEMPTS = 3

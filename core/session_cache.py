@@ -47,19 +47,6 @@ class Recent:
         return sum(self.counts)
 
 
-def with_placeholder(message: Message, position: int, state: SessionState) -> Message:
-    """``message`` (at ``position`` in the session) with its offload placeholder, if the state
-    says this very message was offloaded: the entry is found by position and must carry the
-    message's fingerprint, so a tool call id reused later in the session, or another history
-    under the same session id, never gets another result's placeholder."""
-    if message.role != "tool" or not state.offloaded:
-        return message
-    entry = state.offloaded.get(str(position))
-    if entry is None or entry.fingerprint != fingerprint(message):
-        return message
-    return replace_content(message, entry.placeholder)
-
-
 def state_key(state: SessionState) -> tuple[Any, ...]:
     """What identifies a state's view: a view built for another state is never reused, even one
     with the same version (a store without compare-and-set may hold two)."""
@@ -111,6 +98,9 @@ class SessionCache:
         """Where the user's request is in ``settled``: once a summary covers it, the view carries
         it as a message of its own after the system message (:meth:`pinned_for`)."""
         self._pinned: tuple[Message, dict[str, Any], int] | None = None
+        self._fingerprints: dict[int, str] = {}
+        """Fingerprints of settled messages, by position: an offloaded result's is looked at
+        again at every new view."""
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
         self._recent_key: tuple[Any, ...] | None = None
@@ -200,7 +190,7 @@ class SessionCache:
         self._recent_originals = repaired
         if state.offloaded:  # an Emergency offloads recent results too: a retry must see that
             start = len(self.settled)
-            shown = [with_placeholder(m, start + j, state) for j, m in enumerate(repaired)]
+            shown = [self.with_placeholder(m, start + j, state) for j, m in enumerate(repaired)]
             counts = [c if m is r else self.estimate([m])[0] for m, r, c in zip(shown, repaired, counts, strict=True)]
             repaired = shown
         if self.first_request is None:
@@ -234,7 +224,7 @@ class SessionCache:
             return True
         if state.covered > len(self.settled) or self._starts_inside_a_group(state.covered):
             return False
-        if state.covered_fingerprint == fingerprint(self.settled[state.covered - 1]):
+        if state.covered_fingerprint == self.fingerprint(state.covered - 1):
             self.verified = key
             return True
         return False
@@ -282,7 +272,7 @@ class SessionCache:
         for i in range(self.uncovered_end, end):
             m = self.settled[i]
             tokens = self.settled_tokens[i]
-            shown = with_placeholder(m, i, state)
+            shown = self.with_placeholder(m, i, state)
             if shown is not m:
                 tokens = self.estimate([shown])[0]
             self.uncovered.append(shown)
@@ -290,6 +280,28 @@ class SessionCache:
             self.uncovered_counts.append(tokens)
             self.uncovered_tokens += tokens
         self.uncovered_end = max(self.uncovered_end, end)
+
+    def with_placeholder(self, message: Message, position: int, state: SessionState) -> Message:
+        """``message`` (at ``position`` in the session) with its offload placeholder, if the state
+        says this very message was offloaded: the entry is found by position and must carry the
+        message's fingerprint, so a tool call id reused later in the session, or another history
+        under the same session id, never gets another result's placeholder."""
+        if message.role != "tool" or not state.offloaded:
+            return message
+        entry = state.offloaded.get(str(position))
+        if entry is None or entry.fingerprint != self.fingerprint(position):
+            return message
+        return replace_content(message, entry.placeholder)
+
+    def fingerprint(self, position: int) -> str:
+        """The fingerprint of the repaired message at ``position`` as the history has it; a
+        settled message's is computed once."""
+        if position >= len(self.settled):
+            return fingerprint(self.original(position))
+        found = self._fingerprints.get(position)
+        if found is None:
+            found = self._fingerprints[position] = fingerprint(self.settled[position])
+        return found
 
     def forget_view(self) -> None:
         self.view_state = None

@@ -28,7 +28,7 @@ from .config import CompactorConfig
 from .converters import EMERGENCY_CAUSE
 from .errors import FallbackError
 from .facts import extract_facts
-from .messages import fingerprint, group_start, replace_content, text_of
+from .messages import group_start, replace_content, text_of
 from .models import (
     MAX_DROPPED_HANDLES,
     Anchor,
@@ -314,7 +314,7 @@ class TierRunner:
             summary=redact(summary) if summary else None,
             anchors=tuple(Anchor(a.type, redact(a.content)) for a in anchors),
             covered=covered,
-            covered_fingerprint=fingerprint(cache.settled[covered - 1]),
+            covered_fingerprint=cache.fingerprint(covered - 1),
             offloaded={k: e for k, e in previous.offloaded.items() if int(k) >= covered},
             dropped_handles=tuple(handles[-MAX_DROPPED_HANDLES:]),
         )
@@ -352,7 +352,7 @@ class TierRunner:
                 continue
             if entry is None:
                 continue
-            entry = attrs.evolve(entry, position=start + i, fingerprint=fingerprint(cache.original(start + i)))
+            entry = attrs.evolve(entry, position=start + i, fingerprint=cache.fingerprint(start + i))
             offloaded[str(start + i)] = entry
             work.offloaded.append(entry)
             work.uncovered[i] = replace_content(m, entry.placeholder)

@@ -12,7 +12,6 @@ import attrs
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionRecord, CompactionTier, CompactorConfig, hookimpl
-from progressive_compactor.compactor import new_record_id, record_timestamp
 from progressive_compactor.converters import compact_json, record_from_dict, record_to_dict, record_to_json
 from progressive_compactor.converters import read_records_file as read_records
 from progressive_compactor.errors import StorageError
@@ -21,6 +20,7 @@ from progressive_compactor.notice import human_bytes, human_tokens
 from progressive_compactor.notice import notice as notification
 from progressive_compactor.plugin_manager import PluginContext
 from progressive_compactor.plugins.store_jsonl import JsonlStore
+from progressive_compactor.record_stamp import new_record_id, record_timestamp
 from progressive_compactor.storage import append_line
 from progressive_compactor.testing import ListStore, build_history, window_for
 from store_contract import assert_changed_nothing_is_kept_only_when_asked
@@ -419,8 +419,8 @@ def test_a_forked_worker_draws_other_record_ids():
 def test_a_timestamp_is_what_datetime_writes(monkeypatch, now):
     from datetime import datetime, timezone
 
-    import progressive_compactor.compactor as compactor_module
+    import progressive_compactor.record_stamp as stamp
 
-    monkeypatch.setattr(compactor_module.time, "time", lambda: now)
+    monkeypatch.setattr(stamp.time, "time", lambda: now)
     expected = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds")
     assert record_timestamp() == record_timestamp() == expected

@@ -29,11 +29,12 @@ from typing import Any
 import attrs
 
 from ..anchors import COMPACTION_MARKER
-from ..compactor import ProgressiveCompactor, new_record_id, record_timestamp
+from ..compactor import ProgressiveCompactor
 from ..errors import CompactorError
 from ..messages import message_from_dict, view_problems
 from ..models import CompactionRecord, CompactionTier
 from ..notice import notice
+from ..record_stamp import new_record_id, record_timestamp
 from ..tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
 
 log = logging.getLogger("progressive_compactor.integrations")
