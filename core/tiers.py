@@ -250,7 +250,7 @@ class TierRunner:
         self._offload(cache, work, len(work.uncovered))
         head = [cache.system] if cache.system is not None else []
         dropped = 0
-        for _ in range(3):  # the compaction message depends on what is dropped: settle it
+        while True:  # the compaction message depends on what is dropped, and what is dropped on it
             state = self._truncated_state(cache, work, min(dropped, work.stable))
             compaction = (
                 self.compaction_message(work.session_id, state, cache.request_for(state)) if state.covered else None
@@ -264,14 +264,16 @@ class TierRunner:
                 raise FallbackError("no fallback_compact plugin answered; fallback-token-budget is essential")
             kept = result[len(pinned) :]
             cut = _suffix_start(work.uncovered, kept)
-            if cut is None or cut == dropped:
+            # Settled when the message covers what the view drops; while the view drops more, the
+            # next round covers that too (the cut only grows: at most one round per message).
+            if cut is None or cut <= dropped:
                 break
             dropped = cut
         work.fallback_view = result
         work.preserved = len(kept)
         if cut is not None:
-            cut = min(cut, work.stable)
-            work.state = self._truncated_state(cache, work, cut)
+            cut = min(dropped, work.stable)  # what the message covers (the view may keep some of it)
+            work.state = state
             work.compaction = compaction
             work.summarized += cut
             work.uncovered = work.uncovered[cut:]

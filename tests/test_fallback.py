@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -235,3 +236,37 @@ def test_async_force_and_async_failure_behave_like_sync(make_compactor):
     assert record.errors == ("summarizer failed: HTTP 503 from the summarizer", EMERGENCY_ERROR)
     forced = asyncio.run(compactor.acompact_force(history, "other"))
     assert problems(forced) == []
+
+
+class Restless:
+    """A truncation that always drops two messages more than the compaction message it is given
+    covers: each round's cut makes a message that moves the cut again, until only the newest
+    exchange is left."""
+
+    @hookimpl(tryfirst=True)
+    def fallback_compact(self, messages, pinned, budget, estimate, limit):
+        covered = 0
+        for m in messages[:pinned]:
+            found = re.search(r"The first (\d+) messages", text_of(m))
+            covered = int(found.group(1)) if found else covered
+        rest = list(messages[pinned:])
+        cut = min(covered + 2, len(rest) - 2)
+        while 0 < cut < len(rest) and rest[cut].role == "tool":
+            cut -= 1
+        return list(messages[:pinned]) + rest[cut:]
+
+
+def test_a_truncation_that_moves_with_its_message_never_drops_what_the_message_does_not_cover(make_compactor):
+    # The compaction message depends on what truncation drops, and what is dropped on the
+    # message: the rounds go on while each drops more than the message covers, so that every
+    # message of the history is in the view or in the summary.
+    history = build_history([300] * 12)
+    compactor = make_compactor(context_window=window_for(history, 0.97), extra_plugins=[("restless", Restless())])
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY and record.fallback
+    assert problems(view) == []
+    covered = int(re.search(r"The first (\d+) messages", compaction_message(view)["content"]).group(1))
+    first_kept = next(i for i, m in enumerate(history) if m is view[2])  # [system, compaction, ...]
+    assert first_kept <= 1 + covered  # nothing between what the summary covers and what the view keeps
+    assert compactor.state().covered == covered
+    assert len(view) == 2 + len(history) - first_kept
