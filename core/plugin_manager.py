@@ -448,7 +448,9 @@ class Hooks:
     def determine_tier(self, tokens: int, context_window: int, turn: TurnContext) -> CompactionTier:
         ratio = tokens / context_window if context_window > 0 else 0.0
         tier = self._first("determine_tier", ratio=ratio, tokens=tokens, context_window=context_window, turn=turn)
-        return tier if type(tier) is CompactionTier else CompactionTier.NONE if tier is None else CompactionTier(tier)
+        if tier is None:
+            return CompactionTier.NONE
+        return tier if type(tier) is CompactionTier else CompactionTier(tier)
 
     def apply_tier(self, tier_input: TierInput, turn: TurnContext) -> TierPlan | None:
         """The plan of the plugin selected for the tier's role (None: that role is ``none``)."""
