@@ -83,6 +83,20 @@ def test_tier_none_is_skipped_unless_asked_for(make_compactor, tmp_path):
     assert [r.id for r in read_records(tmp_path / "records" / "test-session.jsonl")] == [record.id]
 
 
+class UnreadableState:
+    @hookimpl(tryfirst=True)
+    def load_state(self, session_id):
+        raise OSError("the state's disk is gone")
+
+
+def test_a_call_of_tier_none_that_reports_an_error_is_stored(make_compactor, tmp_path):
+    compactor = make_compactor(extra_plugins=[("unreadable", UnreadableState())])
+    _, record = compactor.compact_with_record(build_history([100] * 3))
+    assert record.tier is CompactionTier.NONE
+    assert record.errors[0].startswith("loading session state failed: OSError: the state's disk is gone")
+    assert [r.id for r in read_records(tmp_path / "records" / "test-session.jsonl")] == [record.id]
+
+
 def test_a_call_that_changed_nothing_is_stored_only_when_asked(make_compactor):
     # A Warn that found no result worth offloading changed nothing, as a call of tier None: its
     # record is returned, and stored only with record_none (one file append a call saved).

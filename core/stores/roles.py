@@ -118,8 +118,8 @@ class DatabaseState(_DatabasePlugin):
 class DatabaseRecords(_DatabasePlugin):
     """``persist_record`` / ``read_records``: one row (or list entry) per record, keyed by the
     record's id, so a retried write never stores it twice. The records of calls that changed
-    nothing (tier None, a Warn with no result worth offloading) are skipped unless the plugin's
-    ``record_none`` setting is on."""
+    nothing and reported no error (tier None, a Warn with no result worth offloading) are skipped
+    unless the plugin's ``record_none`` setting is on."""
 
     kind = "records"
 
