@@ -180,7 +180,21 @@ def test_shell_words_splits_as_shlex(text):
 
 PHRASE_PIECES = ["I", "i", "'ll", " will", " use", "decided", "DECISION", "Instead of", "the fix is", "root ",
                  "cause is", " is", "approach", "CHOSE", "Next,", " step", "now", "let me", "TODO", "x", "_", " ",
-                 ".", "İ", "ı", "ſ", "\u212a", "é"]  # fmt: skip
+                 ".", "İ", "ı", "ſ", "\u212a", "é", "—", "É", "ß", "\u2028"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["The bug iſ in the parser — I'll fix it.", "ı'll uſe the cache → then test.", "\u212aEEP: the fix is here",
+     "Decİsion: İ will use pathlib.", "Straße: the root cause is the encoding.", "Next step — run it"],
+)  # fmt: skip
+def test_phrases_in_text_beyond_ascii_match_as_their_case_insensitive_pattern(text):
+    # A text is searched lowered only where that finds what the pattern finds: ſ, ı and the
+    # Kelvin sign match ASCII letters case-insensitively, though their lower case is not one.
+    for phrases in (_DECISION, _NEXT):
+        assert phrases.search(text) is (re.search(phrases.any.pattern, text, re.I) is not None)
+    sentences = _sentences(text)
+    assert _decisions(text) == [s for s in sentences if re.search(_DECISION.any.pattern, s, re.I)]
 
 
 @given(st.lists(st.sampled_from(PHRASE_PIECES), max_size=10).map("".join))
@@ -242,7 +256,7 @@ def test_sentences_and_decisions_as_a_split_and_a_search_of_each(text):
     pieces = re.split(r"(?<=[.!?])\s+|\n+", text)
     sentences = [s.strip() for s in pieces if len(s.strip()) > 12]
     assert _sentences(text) == sentences
-    assert _decisions(text) == [s for s in sentences if _DECISION.search(s)]
+    assert _decisions(text) == [s for s in sentences if re.search(_DECISION.any.pattern, s, re.I)]
 
 
 def standard_arguments(text: str) -> dict:
