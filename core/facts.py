@@ -260,13 +260,16 @@ def _add(target: dict[str, None], items: Iterable[str]) -> None:
     target.update(dict.fromkeys(items))
 
 
+_TAG_LINE = re.compile(r"</?\w+>|<returncode>.*</returncode>")
+"""A line that is a tag of the tool's output format, not what it says."""
+
+
 def error_line(text: str) -> str:
     """The line of a failed tool result that best says what went wrong (looked for in its first
     and last :data:`ERROR_SCAN_CHARS` characters: a result may be tens of megabytes)."""
     if len(text) > 2 * ERROR_SCAN_CHARS:
         text = text[:ERROR_SCAN_CHARS] + "\n" + text[-ERROR_SCAN_CHARS:]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    lines = [line for line in lines if not re.fullmatch(r"</?\w+>|<returncode>.*</returncode>", line)]
+    lines = [line for line in map(str.strip, text.splitlines()) if line and not _TAG_LINE.fullmatch(line)]
     for pattern in (_NAMED_ERROR, _ERROR_LINE):  # "ValueError: ..." says more than "1 failed"
         for line in reversed(lines):
             if pattern.search(line):
