@@ -273,14 +273,14 @@ class ProgressiveCompactor:
             if not isinstance(done, TurnWork):
                 break
             lost.append(done)
-        out, work, tier, requested, before, after, msgs_before, repairs = done
+        out, messages, work, tier, requested, before, after, msgs_before, repairs = done
         for earlier in lost:
             work.summarizer_calls += earlier.summarizer_calls
             work.tokens_in += earlier.tokens_in
             work.tokens_out += earlier.tokens_out
             work.tokens_in_cached += earlier.tokens_in_cached
         cache = self._caches[sid]
-        stable = corrected(cache.stable_prefix_tokens(out, after), ratio)
+        stable = corrected(cache.stable_prefix_tokens(out, after, messages), ratio)
         self._usage.returned(sid, after)
         before, after = corrected(before, ratio), corrected(after, ratio)
         record = self._record(
@@ -315,7 +315,7 @@ class ProgressiveCompactor:
         def unchanged(tier: CompactionTier) -> Any:
             """The view as it stands (the cached one): this turn changes nothing."""
             view = cache.unchanged_view(recent)
-            return view, work, tier, requested, tokens_before, tokens_before, msgs_before, repairs
+            return view, None, work, tier, requested, tokens_before, tokens_before, msgs_before, repairs
 
         if requested is CompactionTier.NONE:
             return unchanged(requested)
@@ -350,7 +350,7 @@ class ProgressiveCompactor:
                     return work
             work.errors += save_errors  # a save that failed (not one that lost) is said at once
         out = [message_to_dict(m) for m in view]
-        return out, work, tier, requested, tokens_before, tokens_after, msgs_before, repairs
+        return out, view, work, tier, requested, tokens_before, tokens_after, msgs_before, repairs
 
     def _record(
         self,

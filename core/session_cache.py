@@ -338,8 +338,9 @@ class SessionCache:
         out += recent.dicts
         return out
 
-    def stable_prefix_tokens(self, out: list[Any], tokens: int) -> int:
-        """Tokens at the start of ``out`` equal to the previous view's (prompt-cache hits)."""
+    def stable_prefix_tokens(self, out: list[Any], tokens: int, messages: Sequence[Message] | None = None) -> int:
+        """Tokens at the start of ``out`` equal to the previous view's (prompt-cache hits);
+        ``messages``, when given, are the messages ``out`` was written from (none read again)."""
         previous = self.previous_view
         n = len(previous)
         if n <= len(out) and out[:n] == previous:
@@ -349,7 +350,9 @@ class SessionCache:
             limit = min(n, len(out))
             while common < limit and (out[common] is previous[common] or out[common] == previous[common]):
                 common += 1
-            stable = sum(self.estimate([as_message(d, i) for i, d in enumerate(out[:common])])) if common else 0
+            if messages is None:
+                messages = [as_message(d, i) for i, d in enumerate(out[:common])]
+            stable = sum(self.estimate(messages[:common])) if common else 0
         self.previous_view = out
         self.previous_tokens = tokens
         return stable
