@@ -148,6 +148,28 @@ def test_a_server_that_is_down_fails_open_and_the_next_turn_recovers(backend, po
     check_a_server_down_fails_open(backend, postgres_server, caplog)
 
 
+def test_a_pool_still_waiting_to_reconnect_does_not_fail_a_server_that_is_back(backend, monkeypatch):
+    # After failed connects the pool waits longer and longer before it tries again: a server that
+    # is back meanwhile is used over a connection of its own, not reported unreachable.
+    from psycopg_pool import PoolTimeout
+
+    worker = backend.compactor(config=backend.config(timeout=1))
+    worker.compact_with_record(warn_history(3, 100), "s")
+    saved = worker.state("s")
+    pool = worker.pm.get_plugin("state-postgres").db._ready()
+
+    def waiting(*args, **kwargs):
+        raise PoolTimeout("couldn't get a connection after 1.00 sec")
+
+    monkeypatch.setattr(pool, "connection", waiting)
+    assert worker.state("s") == saved
+    view, record = worker.compact_with_record(warn_history(4, 100), "s")
+    assert record.errors == () and problems(view) == []
+    monkeypatch.undo()
+    assert worker.state("s").version == saved.version
+    assert record.id in [r.id for r in worker.records("s")]
+
+
 def test_dropped_connections_lose_nothing_and_store_nothing_twice(backend, postgres_server, proxy, tmp_path):
     history = warn_history(20, 5000)
     window = window_for(history, 0.8)

@@ -227,7 +227,7 @@ class PostgresDatabase:
                 with (pool or self._ready()).connection() as conn:
                     return work(conn)
             except PoolTimeout as exc:
-                fail(where, exc, self.secrets, detail=self._unreachable(f"{exc}; {self._diagnose()}"))
+                return self._run_direct(work, where, exc)
             except psycopg.Error as exc:
                 if attempt == 1 and conn is not None and (conn.closed or getattr(conn, "broken", False)):
                     try:
@@ -243,15 +243,29 @@ class PostgresDatabase:
         _UNREACHABLE[self.server_key] = (time.monotonic() + min(self.settings.timeout, UNREACHABLE_PAUSE), text)
         return text
 
-    def _diagnose(self) -> str:
-        """Why no connection could be made: the pool only says it waited, so connect once."""
+    def _run_direct(self, work: Callable[[Any], T], where: str, waited: BaseException) -> T:
+        """``work`` on a connection of its own, when the pool waited in vain. The pool only says
+        it waited: connect once to learn why. A server that is back while the pool still waits
+        before its next try (it backs off after failed ones) does the work at once; one that
+        cannot be reached is said so, and fails every call at once for a few seconds."""
         import psycopg
 
         try:
-            psycopg.connect(self.dsn, connect_timeout=max(2, math.ceil(self.settings.timeout))).close()
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=max(2, math.ceil(self.settings.timeout)),
+                application_name="progressive-compactor",
+                prepare_threshold=None,
+            )
         except psycopg.Error as exc:
-            return f"connecting: {exc}"
-        return "connecting now works"
+            fail(where, waited, self.secrets, detail=self._unreachable(f"{waited}; connecting: {exc}"))
+        try:
+            with conn:
+                self._configure(conn)
+                return work(conn)
+        except psycopg.Error as exc:
+            fail(where, exc, self.secrets)
 
     def close(self) -> None:
         with self._lock:
