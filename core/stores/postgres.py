@@ -137,12 +137,7 @@ class PostgresDatabase:
                     self.dsn,
                     min_size=1,
                     max_size=self.settings.pool_size,
-                    kwargs={
-                        "autocommit": True,
-                        "connect_timeout": max(2, math.ceil(timeout)),
-                        "application_name": "progressive-compactor",
-                        "prepare_threshold": None,  # one round trip per statement, always
-                    },
+                    kwargs=self._connection_settings(),
                     configure=self._configure,
                     timeout=timeout,
                     name=self.plugin,
@@ -160,6 +155,15 @@ class PostgresDatabase:
             self._run(self._migrate, pool)
             self._migrated = True
         return pool
+
+    def _connection_settings(self) -> dict[str, Any]:
+        """How every connection is made, pooled or not."""
+        return {
+            "autocommit": True,
+            "connect_timeout": max(2, math.ceil(self.settings.timeout)),
+            "application_name": "progressive-compactor",
+            "prepare_threshold": None,  # one round trip per statement, always
+        }
 
     def _configure(self, conn: Any) -> None:
         milliseconds = max(1, round(self.settings.timeout * 1000))
@@ -251,13 +255,7 @@ class PostgresDatabase:
         import psycopg
 
         try:
-            conn = psycopg.connect(
-                self.dsn,
-                autocommit=True,
-                connect_timeout=max(2, math.ceil(self.settings.timeout)),
-                application_name="progressive-compactor",
-                prepare_threshold=None,
-            )
+            conn = psycopg.connect(self.dsn, **self._connection_settings())
         except psycopg.Error as exc:
             fail(where, waited, self.secrets, detail=self._unreachable(f"{waited}; connecting: {exc}"))
         try:
