@@ -55,8 +55,8 @@ class _Phrases:
         self.any = re.compile(r"\b" + pattern, re.I)
 
     def find(self, lowered: str, pos: int = 0) -> int:
-        """Where the first match at or after ``pos`` starts in ``lowered`` (ASCII text in lower
-        case), or -1."""
+        """Where the first match at or after ``pos`` starts in ``lowered`` (a text as
+        :func:`_lowered` gives it), or -1."""
         while (match := self.lowered.search(lowered, pos)) is not None:
             start = match.start()
             if start == 0 or not (lowered[start - 1].isalnum() or lowered[start - 1] == "_"):

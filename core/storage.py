@@ -248,8 +248,6 @@ def read_private(path: Path, root: Path) -> bytes | None:
         fd = _open(path, os.O_RDONLY | _NOFOLLOW, root)
     except FileNotFoundError:
         return None
-    except StorageError:
-        raise
     except OSError as exc:
         raise StorageError(f"cannot read {path}: {exc.strerror or exc}", path=str(path)) from exc
     with os.fdopen(fd, "rb") as f:

@@ -3,9 +3,8 @@
 Path: ``{directory}/{session}.jsonl``, by default ``{data_dir}/records``. Append-only, one record
 per line, owner-only permissions, secrets masked. The records of calls that changed nothing and
 reported no error (tier None, a Warn with no result worth offloading) are skipped unless
-``record_none`` is set. A torn
-last line (a crash mid-write) is skipped with a warning when read, and the next append starts on
-a fresh line.
+``record_none`` is set. A torn last line (a crash mid-write) is skipped with a warning when read,
+and the next append starts on a fresh line.
 """
 
 from __future__ import annotations

@@ -98,6 +98,8 @@ def test_a_link_at_the_file_itself_is_never_followed(tmp_path):
     (root / "records.jsonl").symlink_to(target)
     with pytest.raises(StorageError, match="symbolic link"):
         append_line(root / "records.jsonl", "x", root)
+    with pytest.raises(StorageError, match="symbolic link"):
+        read_private(root / "records.jsonl", root)
     (root / "result.txt").symlink_to(target)
     assert create_private(root / "result.txt", b"x", root) is False  # taken: the link stays a link
     assert target.read_text() == "untouched" and (root / "result.txt").is_symlink()
