@@ -218,6 +218,17 @@ def facts_as_anchors(facts: Facts) -> tuple[Anchor, ...]:
     )
 
 
+def with_fresh_next_step(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
+    """The anchors a summary wrote for the new messages, with their own next step (from
+    ``facts``) where the summary states none. Merged as N/A, the next step of the previous
+    summary would stand, and a stale next step is worse than the one the agent stated last."""
+    anchors = complete(anchors)
+    position = _ORDER.index(AnchorType.NEXT_STEP)
+    if not facts.next_step or not anchors[position].is_empty:
+        return anchors
+    return (*anchors[:position], Anchor(AnchorType.NEXT_STEP, facts.next_step), *anchors[position + 1 :])
+
+
 def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
     """Add to ``anchors`` whatever deterministic fact they lack, so that what the anchors say of
     the request, the files and the failures does not depend on the summarizer's diligence. A fact

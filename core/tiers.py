@@ -217,7 +217,8 @@ class TierRunner:
             work.errors.append(
                 "anchor parsing incomplete: " + ", ".join(t.value for t in parsed.missing) + " set to N/A"
             )
-        merged = anchor_fns.ensure_facts(anchor_fns.merge_anchors(previous.anchors, parsed.anchors), facts)
+        new = anchor_fns.with_fresh_next_step(parsed.anchors, facts)
+        merged = anchor_fns.ensure_facts(anchor_fns.merge_anchors(previous.anchors, new), facts)
         prose = parsed.prose or previous.summary
         if result.delta and previous.summary and parsed.prose:
             prose = f"{previous.summary}\n\n{parsed.prose}"

@@ -8,8 +8,8 @@ import copy
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SessionState, load_config
-from progressive_compactor.anchors import COMPACTION_MARKER, PINNED_REQUEST_NOTE
-from progressive_compactor.models import AnchorType
+from progressive_compactor.anchors import COMPACTION_MARKER, PINNED_REQUEST_NOTE, format_summary
+from progressive_compactor.models import Anchor, AnchorType
 from progressive_compactor.plugins.policy_thresholds import ThresholdPolicy
 from progressive_compactor.testing import (
     RecordingSummarizer,
@@ -366,6 +366,27 @@ def test_the_second_summary_gets_the_previous_one_and_only_uncovered_messages(ma
     # The user's request, covered by the first summary, survives the second one.
     assert records[-1].anchors[0].type is AnchorType.USER_INTENT
     assert history[1]["content"] in records[-1].anchors[0].content
+
+
+def test_a_summary_that_states_no_next_step_leaves_the_one_the_agent_stated_last(make_compactor, history):
+    """A summary with N/A under Next Steps (a delta with nothing to add there) must not leave the
+    previous summary's next step standing: the covered messages' own next step replaces it."""
+
+    def summary(next_step):
+        return format_summary([Anchor(AnchorType.NEXT_STEP, next_step)], "What happened.")
+
+    texts = iter([summary("Run the linter first."), summary("N/A")])
+    summarizer = RecordingSummarizer(lambda request: next(texts))
+    compactor, _, first = run(make_compactor, history, 0.85, summarizer)
+    assert first.anchors[4].content == "Run the linter first."
+    for i in range(40):  # turn by turn until the second summary
+        history += tool_turn(f"more_{i}", 5000, text="Next, I will run the parser tests again.")
+        record = compactor.compact_with_record(history)[1]
+        if record.summarizer_calls:
+            break
+    assert summarizer.calls == 2 and record.tier >= CompactionTier.SOFT
+    assert record.anchors[4].type is AnchorType.NEXT_STEP
+    assert record.anchors[4].content == "Next, I will run the parser tests again."
 
 
 def test_the_request_is_pinned_before_the_compaction_message_and_not_repeated(make_compactor, history, summarizer):
