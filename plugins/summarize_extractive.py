@@ -4,6 +4,10 @@ It writes the five anchors from the messages themselves: the user's request verb
 and any later instructions, the files created, edited and read, the tools used, the decisions the
 agent stated, the commands that failed with their error line, and the last stated next step. The
 prose keeps the previous summary and adds one paragraph per compaction: who said what, in short.
+
+With ``delta`` it writes what an LLM summarizer in delta mode is asked for: only what the new
+messages add beyond the facts the core extracted (which the core adds to the summary itself), so
+the later instructions and one paragraph; the anchors the facts fill are N/A.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from typing import Sequence
 import attrs
 
 from progressive_compactor.plugin import (
+    NOT_AVAILABLE,
     Anchor,
     AnchorType,
     Message,
     SummaryRequest,
     SummaryResult,
     bound_text,
+    empty_anchors,
     facts_as_anchors,
     first_user_request,
     format_summary,
@@ -42,9 +48,10 @@ class ExtractiveSummarizer:
         note_chars: int = 300
         max_prose_chars: int = 6000
         delta: bool = False
-        """Write only what the new messages add (their anchors and one paragraph), for the core
-        to merge into the previous summary: a shorter summary to write, as an LLM summarizer in
-        delta mode would, and nothing of the previous one to read."""
+        """Write only what the new messages add beyond the facts (later instructions and one
+        paragraph), for the core to merge into the previous summary with the facts: a shorter
+        summary to write, as an LLM summarizer in delta mode is asked for, and nothing of the
+        previous one to read."""
 
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
@@ -52,21 +59,17 @@ class ExtractiveSummarizer:
     @hookimpl(trylast=True)
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         facts = request.facts
-        anchors = facts_as_anchors(facts)
         later = self._later_user_messages(request.messages, facts.user_request)
+        notes = "\n".join(f"- Later instruction: {n}" for n in later)
+        if self.config.delta:  # the facts are the core's to add: not copied, not billed twice
+            delta = (Anchor(AnchorType.USER_INTENT, notes or NOT_AVAILABLE), *empty_anchors()[1:])
+            return SummaryResult(
+                text=format_summary(delta, self._paragraph(request, later)), model="extractive", delta=True
+            )
+        anchors = facts_as_anchors(facts)
         if later:
             intent = anchors[0].content if not anchors[0].is_empty else ""
-            notes = "\n".join(f"- Later instruction: {n}" for n in later)
             anchors = (Anchor(AnchorType.USER_INTENT, f"{intent}\n{notes}".strip()), *anchors[1:])
-        if self.config.delta:
-            known = "\n".join(a.content for a in request.previous_anchors)
-            if facts.user_request and facts.user_request in known:  # already in the summary: not again
-                anchors = (
-                    Anchor(AnchorType.USER_INTENT, "\n".join(f"- Later instruction: {n}" for n in later) or "N/A"),
-                    *anchors[1:],
-                )
-            paragraph = self._paragraph(request, later)
-            return SummaryResult(text=format_summary(anchors, paragraph), model="extractive", delta=True)
         merged = merge_anchors(request.previous_anchors, anchors)
         prose = self._prose(request, later)
         text = format_summary(merged, prose)

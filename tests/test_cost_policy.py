@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
 
 from progressive_compactor import CompactionTier, SessionState, SummaryRequest, TierInput, TurnContext
+from progressive_compactor.anchors import parse_markdown
 from progressive_compactor.http.prompt import build_prompt
 from progressive_compactor.models import Anchor, AnchorType, Facts, Message
 from progressive_compactor.plugin_manager import PluginContext
@@ -185,6 +187,36 @@ def test_the_extractive_delta_writes_only_what_is_new():
     delta = ExtractiveSummarizer(ExtractiveSummarizer.Config(delta=True)).summarize(request(previous_anchors=anchors))
     assert delta.delta and "Fix the parser" not in delta.text  # the request is in the summary already
     assert len(delta.text) < len(previous)
+
+
+def test_the_extractive_delta_leaves_the_facts_to_the_core(make_compactor):
+    """A delta does not copy the facts (the core adds them to the summary itself, so they are not
+    billed as output twice), yet the summary that comes of it holds every one of them."""
+    messages = [
+        Message(role="user", content="Also keep the old flag working."),
+        Message(role="assistant", content="I will use a lookup table instead of the regex."),
+    ]
+    facts = Facts(
+        user_request="Fix the parser in src/p.py",
+        files_edited=("src/p.py",),
+        failed_commands=("`pytest` -> ImportError: p",),
+        decisions=("I will use a lookup table instead of the regex.",),
+        next_step="Next, I will run the tests.",
+    )
+    delta = ExtractiveSummarizer(ExtractiveSummarizer.Config(delta=True)).summarize(
+        attrs.evolve(request(messages=messages), facts=facts)
+    )
+    anchors = {a.type: a.content for a in parse_markdown(delta.text).anchors}
+    assert anchors[AnchorType.USER_INTENT] == "- Later instruction: Also keep the old flag working."
+    assert all(anchors[t] == "N/A" for t in list(AnchorType)[1:])
+    assert "src/p.py" not in delta.text and "ImportError" not in delta.text
+
+    history = build_history([3000] * 40)
+    compactor = make_compactor("default", context_window=128_000)
+    record = compactor.compact_with_record(history)[1]
+    assert record.summarizer_calls == 1 and record.errors == ()
+    assert record.summarizer_tokens_out < 400  # the paragraph and the notes, no copied fact
+    assert "file_call_10.py" in record.anchors[1].content  # the core added the files read
 
 
 def test_a_lean_request_cuts_results_and_sends_the_previous_summary_once():

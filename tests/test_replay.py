@@ -201,12 +201,18 @@ def corpus_totals(corpus_dir, make_compactor, config, window):
 @pytest.mark.corpus
 @pytest.mark.parametrize(
     ("window", "baseline", "most"),
-    [(64_000, "baseline-one-threshold", 0.72), (128_000, "baseline-none", 0.53), (200_000, "baseline-none", 0.53)],
+    [
+        (32_000, "baseline-one-threshold", 0.80),
+        (64_000, "baseline-one-threshold", 0.72),
+        (128_000, "baseline-none", 0.53),
+        (200_000, "baseline-none", 0.53),
+    ],
 )
 def test_the_default_costs_what_its_goals_allow_and_keeps_as_much(corpus_dir, make_compactor, window, baseline, most):
-    """The cost goals the default meets, kept from regressing: at most 0.72 × the one-threshold
-    policy at 64k, 0.53 × no compaction at 128k and 200k, with every probe category kept at least
-    as well as the baseline. (At 16k and 32k the goal, 0.80 ×, is not met: 0.877 and 0.837.)"""
+    """The cost goals the default meets, kept from regressing: at most 0.80 × the one-threshold
+    policy at 32k (0.799: by 0.1 %) and 0.72 × at 64k, 0.53 × no compaction at 128k and 200k, with
+    every probe category kept at least as well as the baseline. (At 16k the goal, 0.80 ×, is not
+    met: 0.844.)"""
     ours = corpus_totals(corpus_dir, make_compactor, "default", window)
     theirs = corpus_totals(corpus_dir, make_compactor, baseline, window)
     assert ours.cost <= most * theirs.cost, (ours.cost / theirs.cost, window)

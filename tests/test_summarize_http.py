@@ -466,6 +466,22 @@ def test_prompt_asks_for_the_anchor_format_and_the_facts():
     assert parse_markdown("\n".join(h + "\nx" for h in headings)).missing == ()
 
 
+def test_a_delta_prompt_shows_every_fact_the_core_adds_and_asks_not_to_copy_them():
+    facts = Facts(
+        user_request="Rename the module foo to bar and keep the tests green.",
+        files_edited=("src/bar.py",),
+        failed_commands=("pytest -> ImportError: foo",),
+        decisions=("I will keep a shim module named foo.",),
+        next_step="Next, I will run the tests.",
+    )
+    delta = build_prompt(_request(facts=facts), delta=True)
+    assert "Never copy the facts" in delta.system and "do not copy them" in delta.user
+    for fact in ("src/bar.py", "pytest -> ImportError: foo", "I will keep a shim module named foo.", "Next, I will"):
+        assert fact in delta.user
+    whole = build_prompt(_request(facts=facts))  # a whole summary keeps the facts, as it always did
+    assert "keep every one of them" in whole.user and "Decisions stated" not in whole.user
+
+
 def test_prompt_says_first_summary_when_there_is_none():
     prompt = build_prompt(_request(previous_summary=None))
     assert "None: this is the first summary" in prompt.user

@@ -103,20 +103,23 @@ after them:
 ## User Intent
 Any new instruction, constraint or change of mind from the user, each on its own line (N/A if none).
 ## Execution Progress
-What the new messages did and what state it left: files created, edited or read (full paths), \
-commands run and their outcome, the state of tests and builds.
+What the new messages did and what state it left, beyond the files the facts list: commands run \
+and their outcome, the state of tests and builds.
 ## Key Decisions
-Each decision taken in the new messages, and why.
+Each decision taken in the new messages that the facts do not state, and why (or why for one \
+they state).
 ## Tried Solutions
-Each approach that failed or was abandoned in the new messages, and why (quote the error line).
+Each approach that failed or was abandoned in the new messages, and why, beyond the failed \
+commands the facts list.
 ## Next Steps
-The immediate next step, in one or two lines.
+The immediate next step, in one or two lines (N/A when it is the one the facts give).
 ## Summary
 One short paragraph of prose on what happened in the new messages.
 
 Rules:
 - Only what the new messages add: the previous summary is merged with yours by a program.
-- Under a heading with nothing new, write N/A. Never drop a heading.
+- Never copy the facts you are given: the program adds every one of them to the summary itself. \
+Under a heading with nothing beyond them, or nothing new, write N/A. Never drop a heading.
 - Tool results shown as "[Tool result offloaded ...]" were moved to files: keep the handle of \
 any result that still matters, so the agent can read it back.
 - Be concrete: names, paths, numbers, error messages. No advice, no commentary.
@@ -130,7 +133,8 @@ $user_request
 </user_request>
 
 <facts>
-Facts extracted mechanically from the new messages; they are correct, keep every one of them.
+Facts extracted mechanically from the new messages. A program adds every one of them to the
+summary itself: do not copy them, write only what they leave out.
 $facts
 </facts>
 
@@ -241,20 +245,27 @@ def render_previous(summary: str | None, anchors: Sequence[Anchor]) -> str:
     return format_summary(anchors, summary or "")
 
 
-def render_facts(facts: Facts, quoted: bool = False) -> str:
+def render_facts(facts: Facts, quoted: bool = False, stated: bool = False) -> str:
     """The facts, once: the user's request only when the prompt does not show it already
-    (``quoted``)."""
+    (``quoted``); with ``stated``, the decisions and the next step the agent stated too (a delta
+    is asked not to copy what the core adds to the summary itself, so it must see all of it)."""
     request = facts.user_request or "N/A"
     if facts.user_request and quoted:
-        request = "(quoted above; keep it verbatim)"
+        request = "(quoted above)" if stated else "(quoted above; keep it verbatim)"
     lines = [f"User's original request (verbatim):\n{request}"]
-    for label, items in (
+    listed: list[tuple[str, Sequence[str]]] = [
         ("Files created", facts.files_created),
         ("Files edited", facts.files_edited),
         ("Files read", facts.files_read),
         ("Failed commands (command -> error)", facts.failed_commands),
         ("Tools used", facts.tools_used),
-    ):
+    ]
+    if stated:
+        listed += [
+            ("Decisions stated", facts.decisions),
+            ("Next step stated", [facts.next_step] if facts.next_step else []),
+        ]
+    for label, items in listed:
         if items:
             lines.append(f"{label}: " + "; ".join(items))
     return "\n".join(lines)
@@ -312,7 +323,7 @@ def _values(request: SummaryRequest, delta: bool, *, messages: str, request_char
         "target_tokens": str(target),
         "target_words": str(target * 3 // 4),
         "previous_summary": previous,
-        "facts": render_facts(facts, quoted),
+        "facts": render_facts(facts, quoted, stated=delta),
         "user_request": user_request or "N/A",
         "message_count": str(len(request.messages)),
         "messages": messages,
