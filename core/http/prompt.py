@@ -36,7 +36,7 @@ PLACEHOLDERS = {
     "target_tokens": "how long the summary should be at most, in tokens",
     "target_words": "the same in words (about three quarters of the tokens)",
     "previous_summary": "the previous summary with its anchors, or a line saying there is none",
-    "facts": "facts the core extracted mechanically (user's request, files, failed commands)",
+    "facts": "facts the core extracted mechanically (user's request, files, failed commands; for a delta also the stated decisions and next step)",
     "user_request": "the user's original request, verbatim (or N/A)",
     "message_count": "how many new messages there are",
     "messages": "the new messages, one block each, each bounded in length",
