@@ -19,6 +19,7 @@ instead of coming back every turn.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
+from itertools import accumulate
 from typing import Any
 
 import attrs
@@ -337,6 +338,7 @@ class TierRunner:
         start = work.state.covered
         changed = False
         counts = work.counts
+        tails: list[int] | None = None  # tails[k]: the tokens of counts[k:], summed once a result is weighed
         for i in range(min(end, len(work.uncovered))):
             m = work.uncovered[i]
             if m.role != "tool" or not m.tool_call_id or str(start + i) in offloaded:
@@ -345,7 +347,9 @@ class TierRunner:
             if size <= threshold:
                 continue
             if break_factor is not None:
-                after = sum(counts[i + 1 :])  # tokens the provider must read again if this one changes
+                if tails is None:  # an offload changes only its own count: the later sums stay true
+                    tails = list(accumulate(reversed(counts), initial=0))[::-1]
+                after = tails[i + 1]  # tokens the provider must read again if this one changes
                 if after > break_factor * (counts[i] * (1 - PLACEHOLDER_CHARS / size)):
                     continue
             try:
