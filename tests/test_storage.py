@@ -48,6 +48,26 @@ def test_a_folder_setting_expands_the_data_dir_and_the_home(tmp_path, monkeypatc
 # --- writing under a root -------------------------------------------------------------------------
 
 
+def test_a_write_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path, monkeypatch):
+    import errno
+
+    from progressive_compactor import storage
+
+    root = tmp_path / "root"
+    path = root / "file.txt"
+    write_private(path, b"old", root)
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_private(path, b"new", root)
+    with pytest.raises(OSError, match="No space left"):
+        create_private(root / "other.txt", b"new", root)
+    assert [p.name for p in root.iterdir()] == ["file.txt"] and path.read_bytes() == b"old"
+
+
 def test_files_are_written_whole_and_private(tmp_path):
     root = tmp_path / "root"
     path = root / "a" / "b" / "file.txt"
