@@ -36,9 +36,10 @@ _RETURN_CODE = re.compile(r"<returncode>\s*[1-9]\d*\s*</returncode>")
 _EXIT_CODE = re.compile(r"\bExit code:? [1-9]")
 _EXIT_STATUS = re.compile(r"\bexit status [1-9]")
 _FAILURE_LINE_WORDS = ("Error", "ERROR", "error", "fatal", "FAILED")
-_FAILURE_LINE_START = re.compile(r"\n(?:Error|ERROR|error|fatal|FAILED)")
+_FAILURE_WORDS = "|".join(_FAILURE_LINE_WORDS)
+_FAILURE_LINE_START = re.compile(rf"\n(?:{_FAILURE_WORDS})")
 """A line that starts with one of the words: one scan, where five ``in`` tests took five."""
-_FAILURE_LINE = re.compile(r"^(?:Error|ERROR|error|fatal|FAILED)\b[:\s]", re.M)
+_FAILURE_LINE = re.compile(rf"^(?:{_FAILURE_WORDS})\b[:\s]", re.M)
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|failed|fatal|not found|No such file|denied|Traceback)", re.I)
 _NAMED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|\berror:|\bfatal:")
 

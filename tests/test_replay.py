@@ -181,15 +181,13 @@ def corpus_totals(corpus_dir, make_compactor, config, window):
         assert result.invalid_views == 0, (config, window, path.name)
         assert result.overflows == 0 or config == "baseline-none", (config, window, path.name)
         cost += result.cost.total
-        prices = compactor.config.pricing
-        for turn in result.turns:
-            uncached += call_cost(
-                prices,
-                view_tokens=turn.view_tokens,
-                output_tokens=turn.output_tokens,
-                summarizer_tokens_in=turn.summarizer_tokens_in,
-                summarizer_tokens_out=turn.summarizer_tokens_out,
-            ).total
+        uncached += call_cost(  # every token sent billed at the input price: no cached prefix
+            compactor.config.pricing,
+            view_tokens=result.total_input_tokens,
+            output_tokens=result.output_tokens,
+            summarizer_tokens_in=result.summarizer_tokens_in,
+            summarizer_tokens_out=result.summarizer_tokens_out,
+        ).total
         for name, found in result.retention.categories.items():
             kept[name] = kept.get(name, 0) + len(found.kept)
             total[name] = total.get(name, 0) + found.total
