@@ -256,27 +256,33 @@ def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
     return complete(result.values())
 
 
-def fit_summary(anchors: Sequence[Anchor], prose: str, budget_chars: int) -> tuple[tuple[Anchor, ...], str]:
+def fit_summary(
+    anchors: Sequence[Anchor], prose: str, budget_chars: int, prose_chars: int | None = None
+) -> tuple[tuple[Anchor, ...], str]:
     """Anchors and prose cut to about ``budget_chars`` characters, the user's intent not counted.
 
     The intent is the user's request, bounded on its own (``intent_max_chars``), and is never
-    cut here. The prose goes first (its newest part is kept); when the other four anchors alone
-    are over the budget, an anchor shorter than an equal share of the room stays whole and what it
-    leaves is shared by the longer ones, each keeping its newest lines, file lists first.
+    cut here. The prose keeps its newest paragraphs within ``prose_chars`` (the anchors carry the
+    facts; an old story would be re-read on every call), and within the budget it goes first;
+    when the other four anchors alone are over the budget, an anchor shorter than an equal share
+    of the room stays whole and what it leaves is shared by the longer ones, each keeping its
+    newest lines, file lists first.
     """
     anchors = complete(anchors)
+    if prose_chars is not None:
+        prose = _newest_paragraphs(prose, max(prose_chars, MIN_PROSE_CHARS))
     intent_chars = len(anchors[0].content)
     if len(format_summary(anchors, prose)) - intent_chars <= budget_chars:
         return anchors, prose
     room = budget_chars - (len(format_summary(anchors, "")) - intent_chars)
     if room >= MIN_PROSE_CHARS:
-        return anchors, _newest(prose, room)
+        return anchors, _newest_paragraphs(prose, room)
     shares = _shares([len(a.content) for a in anchors[1:]], budget_chars - MIN_PROSE_CHARS - 200)
     trimmed = [anchors[0]] + [
         a if len(a.content) <= share else Anchor(a.type, _newest_lines(a.content, share))
         for a, share in zip(anchors[1:], shares, strict=True)
     ]
-    return tuple(trimmed), _newest(prose, MIN_PROSE_CHARS)
+    return tuple(trimmed), _newest_paragraphs(prose, MIN_PROSE_CHARS)
 
 
 def _shares(sizes: Sequence[int], room: int, least: int = 80) -> list[int]:
@@ -297,6 +303,16 @@ MIN_PROSE_CHARS = 300
 
 def _newest(text: str, limit: int) -> str:
     return text if len(text) <= limit else "..." + text[len(text) - limit + 3 :]
+
+
+def _newest_paragraphs(text: str, limit: int) -> str:
+    """The newest whole paragraphs of ``text`` within ``limit`` characters; the newest one's end
+    when it alone is longer."""
+    if len(text) <= limit:
+        return text
+    start = text.find("\n\n", len(text) - limit)
+    rest = text[start + 2 :].strip() if start != -1 else ""
+    return rest or _newest(text, limit)
 
 
 def _newest_lines(content: str, limit: int) -> str:

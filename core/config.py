@@ -134,6 +134,10 @@ class CompactorConfig:
     summary_share: float = 0.1
     """The summary (the user's request aside) stays under this share of the window, and under
     ``max_summary_tokens``: a summary that fills the window makes every compaction come sooner."""
+    prose_share: float = 0.2
+    """The summary's prose (the story under ``## Summary``) keeps its newest paragraphs within
+    this share of the summary's size limit: the anchors carry the facts, and an old story is
+    re-read on every call."""
     intent_max_chars: int = 8000
     """The user's original request is kept verbatim in the summary up to this many characters."""
     pin_request: bool = True

@@ -305,7 +305,7 @@ class TierRunner:
         handles of the offloaded results that leave the view; no entry for a position now covered
         (the state stays small however long the session runs)."""
         previous = work.state
-        anchors, summary = anchor_fns.fit_summary(anchors, summary or "", self.summary_budget * 4)
+        anchors, summary = self._fit(anchors, summary or "")
         covered = previous.covered + count
         handles = list(previous.dropped_handles)
         for position in range(previous.covered, covered):
@@ -376,6 +376,11 @@ class TierRunner:
         config = self.config
         return max(min(config.max_summary_tokens, int(config.summary_share * config.context_window)), 200)
 
+    def _fit(self, anchors: Sequence[Anchor], prose: str) -> tuple[tuple[Anchor, ...], str]:
+        """Anchors and prose cut to the summary budget, the prose to its share of it."""
+        budget = self.summary_budget * 4
+        return anchor_fns.fit_summary(anchors, prose, budget, int(self.config.prose_share * budget))
+
     def compaction_message(self, session_id: str, state: SessionState, request: str | None = None) -> Message:
         """The ``[Context Compaction]`` message that stands for what ``state`` covers; with
         ``request`` (the user's request, pinned as a message of its own before it), its intent
@@ -386,9 +391,7 @@ class TierRunner:
         last = self._last_message  # one read: another thread may serve another session
         if last is not None and last[0] == key:
             return last[1]
-        anchors, prose = anchor_fns.fit_summary(
-            state.anchors or anchor_fns.empty_anchors(), state.summary or "", self.summary_budget * 4
-        )
+        anchors, prose = self._fit(state.anchors or anchor_fns.empty_anchors(), state.summary or "")
         if request:
             anchors = anchor_fns.without_request(anchors, request)
         text = anchor_fns.compaction_message_text(

@@ -80,6 +80,11 @@ def core_problems(config: CompactorConfig) -> list[str]:
             problems.append(
                 f"{name} is a share of the window, more than 0 and at most 1, got {value}{_share_hint(value)} @ $.{name}"
             )
+    if not 0 <= config.prose_share <= 1 or math.isnan(config.prose_share):
+        problems.append(
+            f"prose_share is a share of the summary's size, at least 0 and at most 1, got {config.prose_share}"
+            f"{_share_hint(config.prose_share)} @ $.prose_share"
+        )
     for name in ESSENTIAL_PLUGINS:
         if name in config.plugins.disable:
             problems.append(f"{name} is essential and cannot be disabled; remove it @ $.plugins.disable")

@@ -3,7 +3,8 @@
 It writes the five anchors from the messages themselves: the user's request verbatim (bounded)
 and any later instructions, the files created, edited and read, the tools used, the decisions the
 agent stated, the commands that failed with their error line, and the last stated next step. The
-prose keeps the previous summary and adds one paragraph per compaction: who said what, in short.
+prose keeps the previous summary and adds one paragraph per compaction: the tools the agent ran and
+what it said, in short (the user's later instructions are under User Intent, not repeated).
 
 With ``delta`` it writes what an LLM summarizer in delta mode is asked for: only what the new
 messages add beyond the facts the core extracted (which the core adds to the summary itself), so
@@ -44,7 +45,7 @@ class ExtractiveSummarizer:
     @attrs.frozen
     class Config:
         max_user_notes: int = 8
-        """Later user messages quoted (shortened) in the prose and the intent anchor."""
+        """Later user messages quoted (shortened) in the intent anchor."""
         note_chars: int = 300
         max_prose_chars: int = 6000
         delta: bool = False
@@ -63,15 +64,13 @@ class ExtractiveSummarizer:
         notes = "\n".join(f"- Later instruction: {n}" for n in later)
         if self.config.delta:  # the facts are the core's to add: not copied, not billed twice
             delta = (Anchor(AnchorType.USER_INTENT, notes or NOT_AVAILABLE), *empty_anchors()[1:])
-            return SummaryResult(
-                text=format_summary(delta, self._paragraph(request, later)), model="extractive", delta=True
-            )
+            return SummaryResult(text=format_summary(delta, self._paragraph(request)), model="extractive", delta=True)
         anchors = facts_as_anchors(facts)
         if later:
             intent = anchors[0].content if not anchors[0].is_empty else ""
             anchors = (Anchor(AnchorType.USER_INTENT, f"{intent}\n{notes}".strip()), *anchors[1:])
         merged = merge_anchors(request.previous_anchors, anchors)
-        prose = self._prose(request, later)
+        prose = self._prose(request)
         text = format_summary(merged, prose)
         limit = request.max_summary_tokens * 4
         if len(text) > limit:  # keep the anchors whole, shorten the prose
@@ -101,16 +100,16 @@ class ExtractiveSummarizer:
                 counts[call.name] += 1
         return counts.most_common(8)
 
-    def _prose(self, request: SummaryRequest, later: list[str]) -> str:
-        paragraph = self._paragraph(request, later)
+    def _prose(self, request: SummaryRequest) -> str:
+        paragraph = self._paragraph(request)
         previous = (request.previous_summary or "").strip()
         prose = f"{previous}\n\n{paragraph}" if previous and previous != "N/A" else paragraph
         if len(prose) > self.config.max_prose_chars:
             prose = "..." + prose[-self.config.max_prose_chars :]
         return prose
 
-    def _paragraph(self, request: SummaryRequest, later: list[str]) -> str:
-        """One paragraph on the new messages: who said what, in short."""
+    def _paragraph(self, request: SummaryRequest) -> str:
+        """One paragraph on the new messages: the tools the agent ran and what it said, in short."""
         roles = Counter(m.role for m in request.messages)
         said = [_one_line(text_of(m), 200) for m in request.messages if m.role == "assistant" and text_of(m).strip()]
         paragraph = (
@@ -122,6 +121,4 @@ class ExtractiveSummarizer:
             paragraph += " Tool calls: " + ", ".join(f"{name} x{n}" for name, n in counts) + "."
         if said:
             paragraph += " The assistant said, among other things: " + " | ".join(said[-4:])
-        if later:
-            paragraph += " The user also wrote: " + " | ".join(later[-3:])
         return paragraph

@@ -330,6 +330,19 @@ def test_fit_summary_cuts_the_prose_first_and_never_the_intent():
     assert fit_summary(anchors, "short", 2000) == (anchors, "short")
 
 
+def test_fit_summary_keeps_the_newest_whole_paragraphs_of_the_prose_within_its_share():
+    anchors = complete([Anchor(AnchorType.USER_INTENT, "Fix it"), Anchor(AnchorType.NEXT_STEP, "Run the tests")])
+    story = "\n\n".join(f"Paragraph {i}: " + "x" * 280 for i in range(10))
+    fitted, prose = fit_summary(anchors, story, 100_000, prose_chars=700)
+    assert fitted == anchors  # the anchors fit: only the prose is cut
+    assert prose.startswith("Paragraph 8: ") and prose.endswith("Paragraph 9: " + "x" * 280)
+    assert len(prose) <= 700
+    # one paragraph longer than the share keeps its end
+    _, cut = fit_summary(anchors, "old\n\n" + "y" * 1000 + " NEWEST", 100_000, prose_chars=500)
+    assert cut.startswith("...") and cut.endswith(" NEWEST") and len(cut) <= 500
+    assert fit_summary(anchors, story, 100_000) == (anchors, story)  # no share given: the budget alone
+
+
 def test_fit_summary_keeps_the_newest_anchor_lines_and_file_lists_when_anchors_alone_overflow():
     tried = "\n".join(f"- Failed: `cmd {i}` -> Error {i}" for i in range(200))
     progress = "- Files edited: a.py, b.py\n" + "\n".join(f"- step {i}" for i in range(200))
@@ -370,3 +383,25 @@ def test_the_compaction_message_stays_within_its_share_of_the_window(make_compac
             sizes.append(len(compaction[0]) - len(intent))
     assert len(sizes) > 10  # many compactions, each bounded: headers and handles aside, the budget
     assert max(sizes) <= budget_chars + 1500
+
+
+@pytest.mark.parametrize("share", [0.2, 1.0])
+def test_the_story_keeps_its_newest_paragraphs_within_its_share(make_compactor, share):
+    history = build_history([])
+    for i in range(60):
+        history += tool_turn(f"c{i}", 2000, text=f"Step {i} is done.")
+    window = 12_000
+    compactor = make_compactor(context_window=window, prose_share=share)
+    for n in range(4, len(history) + 1, 2):
+        view, _ = compactor.compact_with_record(history[:n])
+    state = compactor.state()
+    budget_chars = min(compactor.config.max_summary_tokens, int(compactor.config.summary_share * window)) * 4
+    last = max(int(step) for step in re.findall(r"Step (\d+) is done", state.summary or ""))
+    kept = [int(step) for m in view if m["role"] == "assistant" for step in re.findall(r"Step (\d+)", m["content"])]
+    assert last == min(kept) - 1  # the newest paragraph tells up to the first message the view keeps
+    first = min(int(step) for step in re.findall(r"Step (\d+) is done", state.summary or ""))
+    if share < 1:
+        assert len(state.summary or "") <= int(share * budget_chars)
+        assert first > 10  # the oldest paragraphs are gone
+    else:
+        assert first < 5  # the whole story fits the budget: the share decides what goes

@@ -89,6 +89,10 @@ def test_the_default_config_matches_the_code_defaults():
             {"summary_share": 0},
             "summary_share is a share of the window, more than 0 and at most 1, got 0.0 @ $.summary_share",
         ),
+        (
+            {"prose_share": 20},
+            "prose_share is a share of the summary's size, at least 0 and at most 1, got 20.0; did you mean 0.2? @ $.prose_share",
+        ),
         ({"offload_break_factor": 4.0}, "unknown setting 'offload_break_factor' @ $.offload_break_factor"),
         ({"config": {"tier-warn": {"offload_break_factor": "4"}}}, "@ $.config.tier-warn.offload_break_factor"),
         (
@@ -138,6 +142,7 @@ def test_the_default_config_matches_the_code_defaults():
         "budget-over-one",
         "budget-in-percent",
         "zero-summary-share",
+        "prose-share-in-percent",
         "break-factor-is-no-core-setting",
         "string-for-break-factor",
         "zero-break-factor",

@@ -210,6 +210,10 @@ def test_the_extractive_delta_leaves_the_facts_to_the_core(make_compactor):
     assert anchors[AnchorType.USER_INTENT] == "- Later instruction: Also keep the old flag working."
     assert all(anchors[t] == "N/A" for t in list(AnchorType)[1:])
     assert "src/p.py" not in delta.text and "ImportError" not in delta.text
+    # a later instruction is written once, under User Intent, in a delta and in a whole summary
+    assert delta.text.count("Also keep the old flag working.") == 1
+    whole = ExtractiveSummarizer().summarize(attrs.evolve(request(messages=messages), facts=facts))
+    assert whole.text.count("Also keep the old flag working.") == 1
 
     history = build_history([3000] * 40)
     compactor = make_compactor("default", context_window=128_000)

@@ -65,7 +65,8 @@ is not tried again.
 ## Next Steps
 The immediate next step, in one or two lines.
 ## Summary
-A few short paragraphs of prose: the story so far, in the order things happened.
+A short paragraph or two of prose: the story so far, in the order things happened, the latest \
+events in most detail (a program keeps only the newest part of a long story).
 
 Rules:
 - Keep everything from the previous summary that still matters; merge, do not restart.
