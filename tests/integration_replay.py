@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +101,12 @@ def assert_tiers(records, window: int, calls: int, script: Script) -> None:
         assert tiers - {CompactionTier.NONE}, tiers
     else:
         assert tiers == {CompactionTier.NONE}
+
+
+def run_example_offline(name: str) -> None:
+    """Run ``examples/<name>`` as a user would, with the offline config: it must compact and end
+    with the scripted model's final answer."""
+    example = Path(__file__).resolve().parents[1] / "examples" / name
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
+    assert "Context compressed" in out.stdout + out.stderr
+    assert "final answer: Fixed: the tests pass." in out.stdout

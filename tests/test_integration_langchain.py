@@ -30,6 +30,7 @@ from integration_replay import (  # noqa: E402
     ToolCrashed,
     assert_tiers,
     check_request,
+    run_example_offline,
 )
 from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
 from progressive_compactor.anchors import COMPACTION_MARKER  # noqa: E402
@@ -281,14 +282,7 @@ def test_usage_anchors_the_session_and_records_reach_the_stream(make_compactor):
 
 
 def test_the_example_runs_offline():
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    example = Path(__file__).resolve().parents[1] / "examples" / "langchain_agent.py"
-    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
-    assert "Context compressed" in out.stdout + out.stderr
-    assert "final answer: Fixed: the tests pass." in out.stdout
+    run_example_offline("langchain_agent.py")
 
 
 def test_the_compaction_role_is_checked_and_applied_and_a_function_may_name_sessions(tmp_path):

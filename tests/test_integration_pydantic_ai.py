@@ -37,6 +37,7 @@ from integration_replay import (  # noqa: E402
     Script,
     ToolCrashed,
     assert_tiers,
+    run_example_offline,
 )
 from progressive_compactor import CompactionTier, ProgressiveCompactor  # noqa: E402
 from progressive_compactor.anchors import COMPACTION_MARKER  # noqa: E402
@@ -339,14 +340,7 @@ def test_the_capability_helper(make_compactor):
 
 
 def test_the_example_runs_offline():
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    example = Path(__file__).resolve().parents[1] / "examples" / "pydantic_ai_agent.py"
-    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300, check=True)
-    assert "Context compressed" in out.stdout + out.stderr
-    assert "final answer: Fixed: the tests pass." in out.stdout
+    run_example_offline("pydantic_ai_agent.py")
 
 
 def test_the_compaction_role_is_checked_and_applied(tmp_path):
