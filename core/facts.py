@@ -313,6 +313,13 @@ def _sentences(text: str) -> list[str]:
     return [s for s in map(str.strip, pieces) if len(s) > 12]
 
 
+def _states_a_decision(sentence: str) -> bool:
+    """False for a sentence that names a decision without stating one: a question ("Should we use
+    this approach?"), the lead-in of a list ("The fix is:") or a table row."""
+    end = sentence.rstrip("*` ")
+    return not (end.endswith(("?", ":")) or sentence.startswith("|"))
+
+
 def _decisions(text: str) -> list[str]:
     """The sentences of ``text`` that state a decision, in order. A text that can be (see
     :func:`_lowered`) is searched lowered, from one decision to the end of its sentence, the next;
@@ -390,7 +397,7 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
                     _add(read, r)
             text = text_of(m)
             if text:
-                _add(decisions, [s[:240] for s in _decisions(text)])
+                _add(decisions, [s[:240] for s in _decisions(text) if _states_a_decision(s)])
         elif m.role == "tool":
             text = text_of(m)
             line = error_line(text) if text and is_failure(text) else ""

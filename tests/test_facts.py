@@ -160,6 +160,18 @@ def test_decisions_next_step_and_tools(facts):
     assert facts.tools_used == ("Read", "Edit", "Write", "bash")
 
 
+def test_a_question_a_list_lead_in_or_a_table_row_is_no_decision():
+    text = (
+        "Should we proceed with this approach? The fix is:\n"
+        "| Approach | Cost |\n"
+        "I'll use a lookup table instead of the regex. **The root cause is**:\n"
+        "- the tokenizer"
+    )
+    facts = extract_facts(messages_from_dicts([{"role": "assistant", "content": text}]))
+    assert facts.decisions == ("I'll use a lookup table instead of the regex.",)
+    assert len(_decisions(text)) == 4  # each names a decision phrase: the filter is what drops three
+
+
 # The fast paths against the slow originals they replace: shlex, and case-insensitive patterns.
 
 SHELL_PIECES = ["a", "b.py", "'", '"', " ", "\t", "\\", "\r", "\xa0", "#", "-n", "İ"]
