@@ -170,6 +170,17 @@ def test_a_question_a_list_lead_in_or_a_table_row_is_no_decision():
     facts = extract_facts(messages_from_dicts([{"role": "assistant", "content": text}]))
     assert facts.decisions == ("I'll use a lookup table instead of the regex.",)
     assert len(_decisions(text)) == 4  # each names a decision phrase: the filter is what drops three
+    listed = extract_facts(
+        messages_from_dicts(
+            [
+                {
+                    "role": "assistant",
+                    "content": "Done:\n- **Approach**: a lookup table\n2. I'll use a cache instead of a list",
+                }
+            ]
+        )
+    )
+    assert listed.decisions == ("**Approach**: a lookup table", "I'll use a cache instead of a list")  # no "- - "
 
 
 # The fast paths against the slow originals they replace: shlex, and case-insensitive patterns.
