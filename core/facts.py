@@ -317,6 +317,11 @@ _LIST_MARK = re.compile(r"^(?:[-*+\u2022]|\d+[.)])\s+")
 """A list item's marker, which the anchor's own ``- `` replaces."""
 
 
+def _stated_decisions(text: str) -> list[str]:
+    """The decisions ``text`` states, each without a list marker and cut to 240 characters."""
+    return [_LIST_MARK.sub("", s, count=1)[:240] for s in _decisions(text) if _states_a_decision(s)]
+
+
 def _states_a_decision(sentence: str) -> bool:
     """False for a sentence that names a decision without stating one: a question ("Should we use
     this approach?"), the lead-in of a list ("The fix is:") or a table row."""
@@ -401,7 +406,7 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
                     _add(read, r)
             text = text_of(m)
             if text:
-                _add(decisions, [_LIST_MARK.sub("", s, 1)[:240] for s in _decisions(text) if _states_a_decision(s)])
+                _add(decisions, _stated_decisions(text))
         elif m.role == "tool":
             text = text_of(m)
             line = error_line(text) if text and is_failure(text) else ""
