@@ -263,10 +263,11 @@ def fit_summary(
 
     The intent is the user's request, bounded on its own (``intent_max_chars``), and is never
     cut here. The prose keeps its newest paragraphs within ``prose_chars`` (the anchors carry the
-    facts; an old story would be re-read on every call), and within the budget it goes first;
-    when the other four anchors alone are over the budget, an anchor shorter than an equal share
-    of the room stays whole and what it leaves is shared by the longer ones, each keeping its
-    newest lines, file lists first.
+    facts; an old story would be re-read on every call), and within the budget it goes first.
+    When the other four anchors alone are over the budget, the key decisions (sentences found by
+    their phrasing, the least certain facts) keep at most half an equal share of the room; of the
+    rest, an anchor shorter than an equal share stays whole and what it leaves is shared by the
+    longer ones. Each cut anchor keeps its newest lines, file lists first.
     """
     anchors = complete(anchors)
     if prose_chars is not None:
@@ -277,7 +278,11 @@ def fit_summary(
     room = budget_chars - (len(format_summary(anchors, "")) - intent_chars)
     if room >= MIN_PROSE_CHARS:
         return anchors, _newest_paragraphs(prose, room)
-    shares = _shares([len(a.content) for a in anchors[1:]], budget_chars - MIN_PROSE_CHARS - 200)
+    four = budget_chars - MIN_PROSE_CHARS - 200  # the room of the four anchors
+    progress, decided, *rest = [len(a.content) for a in anchors[1:]]
+    decided = min(decided, max(four // 8, 80))  # half an equal share: the least certain anchor yields first
+    others = _shares([progress, *rest], four - decided)
+    shares = [others[0], decided, *others[1:]]
     trimmed = [anchors[0]] + [
         a if len(a.content) <= share else Anchor(a.type, _newest_lines(a.content, share))
         for a, share in zip(anchors[1:], shares, strict=True)

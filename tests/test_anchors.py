@@ -359,6 +359,23 @@ def test_fit_summary_keeps_the_newest_anchor_lines_and_file_lists_when_anchors_a
     assert fitted[1].content.startswith("- Files edited: a.py, b.py") and "step 199" in fitted[1].content
 
 
+def test_when_anchors_overflow_the_stated_decisions_yield_before_the_failed_commands():
+    decided = "\n".join(f"- I think the issue is in module {i}." for i in range(100))
+    tried = "\n".join(f"- Failed: `cmd {i}` -> Error {i}" for i in range(100))
+    anchors = complete(
+        [
+            Anchor(AnchorType.USER_INTENT, "Fix it"),
+            Anchor(AnchorType.KEY_DECISION, decided),
+            Anchor(AnchorType.TRIED_SOLUTION, tried),
+        ]
+    )
+    fitted, _ = fit_summary(anchors, "prose", 4000)
+    kept_decisions, kept_tried = fitted[2].content, fitted[3].content
+    assert "module 99." in kept_decisions and "Error 99" in kept_tried  # the newest of both
+    assert len(kept_decisions) <= (4000 - 500) // 8  # half an equal share of the four anchors' room
+    assert len(kept_tried) > 2 * len(kept_decisions)
+
+
 def test_the_compaction_message_stays_within_its_share_of_the_window(make_compactor):
     # Every turn edits another file and fails another way: anchors that grow with each merge.
     history = build_history([])
