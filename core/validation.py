@@ -74,17 +74,18 @@ def core_problems(config: CompactorConfig) -> list[str]:
         problems.append(
             f"summary_requests must be lean or cache-friendly, got {config.summary_requests!r} @ $.summary_requests"
         )
-    for name in ("summary_share", "fallback_budget"):
+    shares = {  # a share of what; whether 0 is allowed (a summary may have no story, not no size)
+        "summary_share": ("the window", False),
+        "fallback_budget": ("the window", False),
+        "prose_share": ("the summary's size", True),
+    }
+    for name, (whole, zero_ok) in shares.items():
         value = getattr(config, name)
-        if not 0 < value <= 1 or math.isnan(value):
+        if not ((value >= 0 if zero_ok else value > 0) and value <= 1):  # NaN fails both
+            least = "at least 0" if zero_ok else "more than 0"
             problems.append(
-                f"{name} is a share of the window, more than 0 and at most 1, got {value}{_share_hint(value)} @ $.{name}"
+                f"{name} is a share of {whole}, {least} and at most 1, got {value}{_share_hint(value)} @ $.{name}"
             )
-    if not 0 <= config.prose_share <= 1 or math.isnan(config.prose_share):
-        problems.append(
-            f"prose_share is a share of the summary's size, at least 0 and at most 1, got {config.prose_share}"
-            f"{_share_hint(config.prose_share)} @ $.prose_share"
-        )
     for name in ESSENTIAL_PLUGINS:
         if name in config.plugins.disable:
             problems.append(f"{name} is essential and cannot be disabled; remove it @ $.plugins.disable")
