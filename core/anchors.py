@@ -279,10 +279,9 @@ def fit_summary(
     if room >= MIN_PROSE_CHARS:
         return anchors, _newest_paragraphs(prose, room)
     four = budget_chars - MIN_PROSE_CHARS - 200  # the room of the four anchors
-    progress, decided, *rest = [len(a.content) for a in anchors[1:]]
-    decided = min(decided, max(four // 8, 80))  # half an equal share: the least certain anchor yields first
-    others = _shares([progress, *rest], four - decided)
-    shares = [others[0], decided, *others[1:]]
+    decided = max(four // 8, 80)  # half an equal share: the least certain anchor yields first
+    sizes = [min(len(a.content), decided) if a.type is AnchorType.KEY_DECISION else len(a.content) for a in anchors[1:]]
+    shares = _shares(sizes, four)
     trimmed = [anchors[0]] + [
         a if len(a.content) <= share else Anchor(a.type, _newest_lines(a.content, share))
         for a, share in zip(anchors[1:], shares, strict=True)
