@@ -128,9 +128,10 @@ def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor,
     """Union of old and new, so that nothing old is lost to an ``N/A`` or to a summarizer's omission.
 
     Per anchor: an ``N/A`` side gives way to the other; otherwise the lines of both are kept, old
-    first, without repeats, bounded to the newest :data:`MAX_ANCHOR_LINES`. The user's intent keeps
-    its oldest lines instead (the original request matters most), and the next step is the newest
-    one alone: a stale next step is worse than none.
+    first, without repeats, bounded to the newest :data:`MAX_ANCHOR_LINES`. The user's intent is
+    not bounded here: its first lines are the request, which :func:`ensure_facts` keeps whole before
+    the newest of the other lines. The next step is the newest one alone: a stale next step is
+    worse than none.
     """
     old_by, new_by = {a.type: a for a in complete(old)}, {a.type: a for a in complete(new)}
     merged = []
@@ -150,8 +151,8 @@ def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor,
                 seen.add(key)
                 lines.append(line)
         lines = merge_file_lines(lines)
-        if len(lines) > MAX_ANCHOR_LINES:
-            lines = lines[:MAX_ANCHOR_LINES] if t is AnchorType.USER_INTENT else lines[-MAX_ANCHOR_LINES:]
+        if len(lines) > MAX_ANCHOR_LINES and t is not AnchorType.USER_INTENT:
+            lines = lines[-MAX_ANCHOR_LINES:]
         merged.append(Anchor(t, "\n".join(lines)))
     return tuple(merged)
 
@@ -196,6 +197,10 @@ MAX_FILES = 60
 """A file list keeps at most this many paths (the most recent)."""
 
 
+LATER_INSTRUCTION = "- Later instruction: "
+"""How the intent lists each of the user's later instructions, after the request."""
+
+
 def facts_as_anchors(facts: Facts) -> tuple[Anchor, ...]:
     """The anchors the core can vouch for by itself, from deterministic facts."""
     progress = []
@@ -205,11 +210,13 @@ def facts_as_anchors(facts: Facts) -> tuple[Anchor, ...]:
         progress.append("- Files edited: " + ", ".join(facts.files_edited))
     if facts.files_read:
         progress.append("- Files read: " + ", ".join(facts.files_read))
+    intent = [facts.user_request] if facts.user_request else []
+    intent += [f"{LATER_INSTRUCTION}{i}" for i in facts.instructions]
     tried = [f"- Failed: {c}" for c in facts.failed_commands]
     decisions = [f"- {d}" for d in facts.decisions]
     return complete(
         [
-            Anchor(AnchorType.USER_INTENT, facts.user_request or NOT_AVAILABLE),
+            Anchor(AnchorType.USER_INTENT, "\n".join(intent) or NOT_AVAILABLE),
             Anchor(AnchorType.EXECUTION_PROGRESS, "\n".join(progress) or NOT_AVAILABLE),
             Anchor(AnchorType.KEY_DECISION, "\n".join(decisions) or NOT_AVAILABLE),
             Anchor(AnchorType.TRIED_SOLUTION, "\n".join(tried) or NOT_AVAILABLE),
@@ -231,20 +238,16 @@ def with_fresh_next_step(anchors: Sequence[Anchor], facts: Facts) -> tuple[Ancho
 
 def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
     """Add to ``anchors`` whatever deterministic fact they lack, so that what the anchors say of
-    the request, the files and the failures does not depend on the summarizer's diligence. A fact
+    the request and later instructions, the files and the failures does not depend on the summarizer's diligence. A fact
     counts as present when its text already appears."""
     result = {a.type: a for a in complete(anchors)}
     everything = "\n".join(a.content for a in result.values()).lower()
     listed = {path for match in _LISTED.finditer("\n" + everything) for path in match.group(1).split(", ")}
+    result[AnchorType.USER_INTENT] = _intent(result[AnchorType.USER_INTENT], facts, everything)
     for fact_anchor in facts_as_anchors(facts):
-        if fact_anchor.is_empty:
+        if fact_anchor.is_empty or fact_anchor.type is AnchorType.USER_INTENT:
             continue
         current = result[fact_anchor.type]
-        if fact_anchor.type is AnchorType.USER_INTENT:
-            if facts.user_request and facts.user_request not in current.content:
-                body = facts.user_request if current.is_empty else f"{facts.user_request}\n{current.content}"
-                result[fact_anchor.type] = Anchor(fact_anchor.type, body)
-            continue
         if fact_anchor.type is AnchorType.NEXT_STEP:
             if current.is_empty:
                 result[fact_anchor.type] = fact_anchor
@@ -254,6 +257,20 @@ def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
             lines = missing if current.is_empty else _lines(current.content) + missing
             result[fact_anchor.type] = Anchor(fact_anchor.type, "\n".join(merge_file_lines(lines)))
     return complete(result.values())
+
+
+def _intent(current: Anchor, facts: Facts, everything: str) -> Anchor:
+    """The intent: the user's request whole, then the other lines of ``current`` (later
+    instructions, the summarizer's notes) with the later instructions of ``facts`` that
+    ``everything`` lacks, the newest :data:`MAX_ANCHOR_LINES` of them."""
+    lines = [] if current.is_empty else _lines(current.content)
+    head = []
+    if facts.user_request:
+        head = [facts.user_request]
+        request_lines = set(_lines(facts.user_request))
+        lines = [line for line in lines if line not in request_lines]
+    lines += [f"{LATER_INSTRUCTION}{i}" for i in facts.instructions if i.lower() not in everything]
+    return Anchor(AnchorType.USER_INTENT, "\n".join(head + lines[-MAX_ANCHOR_LINES:]) or NOT_AVAILABLE)
 
 
 def fit_summary(

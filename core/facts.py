@@ -1,6 +1,6 @@
 """Facts the core extracts by itself, deterministically, whatever the summarizer writes.
 
-The user's original request, the files the agent created, edited or read, the
+The user's original request and later instructions, the files the agent created, edited or read, the
 commands that failed with their error line, stated decisions and the last stated next step. The
 same functions serve the offline summarizer, the anchors' safety net and the retention probes.
 """
@@ -126,6 +126,25 @@ def first_user_request(messages: Sequence[Message], limit: int) -> str | None:
     """The text of the first user message that is a request, bounded to ``limit`` characters."""
     index = request_index(messages)
     return None if index is None else bound_text(text_of(messages[index]).strip(), limit)
+
+
+INSTRUCTION_CHARS = 300
+"""A later instruction is kept on one line of at most this many characters."""
+_NOTE = re.compile(r"^\[[^\]\n]*\]$")
+"""A message that is one bracketed note ("[Request interrupted by user]"), written by a tool."""
+
+
+def instruction(text: str, request: str | None, limit: int) -> str | None:
+    """``text`` (a user message's) as a later instruction: on one line, cut to
+    :data:`INSTRUCTION_CHARS`; None when it is no request (a reminder, a command echo, a bracketed
+    note) or the session's first ``request`` again (as bounded to ``limit``)."""
+    text = text.strip()
+    if not text or _NOT_A_REQUEST.match(text) or text.startswith("<") or _NOTE.match(text):
+        return None
+    if request is not None and bound_text(text, limit) == request:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= INSTRUCTION_CHARS else line[: INSTRUCTION_CHARS - 3] + "..."
 
 
 def _arguments(call_arguments: str) -> dict[str, Any]:
@@ -369,8 +388,15 @@ def _next_step(messages: Sequence[Message]) -> str | None:
     return None
 
 
-def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> Facts:
-    """Every fact of the module's list found in ``messages``, in order of appearance."""
+def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000, request: str | None = None) -> Facts:
+    """Every fact of the module's list found in ``messages``, in order of appearance.
+
+    ``request`` is the session's first request, when ``messages`` may not hold it (a later part of
+    the session): every other user message that is a request is a later instruction. Without it,
+    the first request in ``messages`` is the user's request."""
+    if request is None:
+        request = first_user_request(messages, intent_limit)
+    instructions: dict[str, None] = {}
     created: dict[str, None] = {}
     edited: dict[str, None] = {}
     read: dict[str, None] = {}
@@ -407,6 +433,10 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
             text = text_of(m)
             if text:
                 _add(decisions, _stated_decisions(text))
+        elif m.role == "user":
+            note = instruction(text_of(m), request, intent_limit)
+            if note is not None:
+                instructions[note] = None
         elif m.role == "tool":
             text = text_of(m)
             line = error_line(text) if text and is_failure(text) else ""
@@ -415,7 +445,8 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000) -> F
                 failed[f"`{describe_call(name, arguments)}` -> {line}"] = None
     only_read = [p for p in read if p not in created and p not in edited]
     return Facts(
-        user_request=first_user_request(messages, intent_limit),
+        user_request=request,
+        instructions=tuple(list(instructions)[-MAX_ITEMS:]),
         files_created=tuple(list(created)[-MAX_ITEMS:]),
         files_edited=tuple(list(edited)[-MAX_ITEMS:]),
         files_read=tuple(only_read[-MAX_ITEMS:]),

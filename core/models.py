@@ -130,6 +130,9 @@ class Facts:
     """What the core extracts from messages by itself, whatever the summarizer writes."""
 
     user_request: str | None = None
+    instructions: tuple[str, ...] = ()
+    """The user's later messages that are requests (instructions, constraints, changes of mind),
+    each on one line and shortened: the user's goal as it changed after the first request."""
     files_created: tuple[str, ...] = ()
     files_edited: tuple[str, ...] = ()
     files_read: tuple[str, ...] = ()

@@ -434,8 +434,7 @@ class TierRunner:
         result's placeholder no longer shows the error line that its full text has."""
         stable = min(count, work.stable)
         originals = cache.originals(work.state.covered, stable, work.uncovered[stable:count])
-        facts = extract_facts(originals, intent_limit=self.config.intent_max_chars)
-        return attrs.evolve(facts, user_request=cache.first_request)
+        return extract_facts(originals, intent_limit=self.config.intent_max_chars, request=cache.first_request)
 
     def _least_compaction_tokens(self, cache: SessionCache, work: TurnWork, count: int, facts: Facts) -> int:
         """Tokens of the smallest view head a summary of ``count`` more messages can leave: the
@@ -472,7 +471,14 @@ def _growth_bound(facts: Facts) -> int:
     """Tokens by which a compaction message can at most grow when nothing but ``facts`` is added
     (its headings, the listed handles and the pinned request included, with room to spare): a
     fold of more tokens always leaves the view smaller, so its exact floor need not be computed."""
-    texts = (*facts.files_created, *facts.files_edited, *facts.files_read, *facts.failed_commands, *facts.decisions)
+    texts = (
+        *facts.instructions,
+        *facts.files_created,
+        *facts.files_edited,
+        *facts.files_read,
+        *facts.failed_commands,
+        *facts.decisions,
+    )
     return (sum(map(len, texts)) + len(facts.next_step or "") + len(facts.user_request or "")) // 4 + 1000
 
 

@@ -1,14 +1,14 @@
 """``summarize-extractive``: the offline default summarizer. Deterministic, no network.
 
-It writes the five anchors from the messages themselves: the user's request verbatim (bounded)
-and any later instructions, the files created, edited and read, the tools used, the decisions the
-agent stated, the commands that failed with their error line, and the last stated next step. The
-prose keeps the previous summary and adds one paragraph per compaction: the tools the agent ran and
-what it said, in short (the user's later instructions are under User Intent, not repeated).
+It writes the five anchors from the facts the core extracted: the user's request verbatim (bounded)
+and later instructions, the files created, edited and read, the decisions the agent stated, the
+commands that failed with their error line, and the last stated next step. The prose keeps the
+previous summary and adds one paragraph per compaction: the tools the agent ran and what it said,
+in short.
 
 With ``delta`` it writes what an LLM summarizer in delta mode is asked for: only what the new
-messages add beyond the facts the core extracted (which the core adds to the summary itself), so
-the later instructions and one paragraph; the anchors the facts fill are N/A.
+messages add beyond the facts (which the core adds to the summary itself), so one paragraph; the
+anchors are N/A.
 """
 
 from __future__ import annotations
@@ -19,16 +19,12 @@ from typing import Sequence
 import attrs
 
 from progressive_compactor.plugin import (
-    NOT_AVAILABLE,
-    Anchor,
-    AnchorType,
     Message,
     SummaryRequest,
     SummaryResult,
     bound_text,
     empty_anchors,
     facts_as_anchors,
-    first_user_request,
     format_summary,
     hookimpl,
     merge_anchors,
@@ -44,32 +40,22 @@ def _one_line(text: str, limit: int) -> str:
 class ExtractiveSummarizer:
     @attrs.frozen
     class Config:
-        max_user_notes: int = 8
-        """Later user messages quoted (shortened) in the intent anchor."""
-        note_chars: int = 300
         max_prose_chars: int = 6000
         delta: bool = False
-        """Write only what the new messages add beyond the facts (later instructions and one
-        paragraph), for the core to merge into the previous summary with the facts: a shorter
-        summary to write, as an LLM summarizer in delta mode is asked for, and nothing of the
-        previous one to read."""
+        """Write only what the new messages add beyond the facts (one paragraph), for the core to
+        merge into the previous summary with the facts: a shorter summary to write, as an LLM
+        summarizer in delta mode is asked for, and nothing of the previous one to read."""
 
     def __init__(self, config: Config | None = None):
         self.config = config or self.Config()
 
     @hookimpl(trylast=True)
     def summarize(self, request: SummaryRequest) -> SummaryResult:
-        facts = request.facts
-        later = self._later_user_messages(request.messages, facts.user_request)
-        notes = "\n".join(f"- Later instruction: {n}" for n in later)
         if self.config.delta:  # the facts are the core's to add: not copied, not billed twice
-            delta = (Anchor(AnchorType.USER_INTENT, notes or NOT_AVAILABLE), *empty_anchors()[1:])
-            return SummaryResult(text=format_summary(delta, self._paragraph(request)), model="extractive", delta=True)
-        anchors = facts_as_anchors(facts)
-        if later:
-            intent = anchors[0].content if not anchors[0].is_empty else ""
-            anchors = (Anchor(AnchorType.USER_INTENT, f"{intent}\n{notes}".strip()), *anchors[1:])
-        merged = merge_anchors(request.previous_anchors, anchors)
+            return SummaryResult(
+                text=format_summary(empty_anchors(), self._paragraph(request)), model="extractive", delta=True
+            )
+        merged = merge_anchors(request.previous_anchors, facts_as_anchors(request.facts))
         prose = self._prose(request)
         text = format_summary(merged, prose)
         limit = request.max_summary_tokens * 4
@@ -77,20 +63,6 @@ class ExtractiveSummarizer:
             room = max(limit - len(format_summary(merged, "")), 200)
             text = format_summary(merged, bound_text(prose, room))
         return SummaryResult(text=text, model="extractive")
-
-    def _later_user_messages(self, messages: Sequence[Message], request: str | None) -> list[str]:
-        notes = []
-        first = first_user_request(messages, 10**9)
-        for m in messages:
-            if m.role != "user":
-                continue
-            text = text_of(m).strip()
-            if not text or (text == first and (request is None or text[:200] in request)):
-                continue
-            if text.startswith("<") or text.startswith("[Tool result for call"):
-                continue  # reminders, command echoes, repaired results
-            notes.append(_one_line(text, self.config.note_chars))
-        return notes[-self.config.max_user_notes :]
 
     @staticmethod
     def _tool_counts(messages: Sequence[Message]) -> list[tuple[str, int]]:

@@ -171,7 +171,7 @@ def test_the_next_step_is_the_newest_alone():
     assert by_type(merge_anchors(old, empty_anchors()))[AnchorType.NEXT_STEP] == "Write the test"
 
 
-def test_merged_anchors_stay_bounded_and_the_intent_keeps_its_oldest_lines():
+def test_merged_anchors_stay_bounded_but_the_intent_is_left_to_ensure_facts():
     many = "\n".join(f"- item {i}" for i in range(MAX_ANCHOR_LINES))
     more = "\n".join(f"- extra {i}" for i in range(10))
     old = complete([Anchor(AnchorType.USER_INTENT, many), Anchor(AnchorType.EXECUTION_PROGRESS, many)])
@@ -179,9 +179,22 @@ def test_merged_anchors_stay_bounded_and_the_intent_keeps_its_oldest_lines():
     merged = by_type(merge_anchors(old, new))
     intent = merged[AnchorType.USER_INTENT].splitlines()
     progress = merged[AnchorType.EXECUTION_PROGRESS].splitlines()
-    assert len(intent) == len(progress) == MAX_ANCHOR_LINES
-    assert intent[0] == "- item 0" and "- extra 9" not in intent
+    assert len(progress) == MAX_ANCHOR_LINES
     assert progress[-1] == "- extra 9" and "- item 0" not in progress
+    assert intent == many.splitlines() + more.splitlines()  # the request may be many lines: not cut here
+
+
+def test_the_intent_keeps_the_request_whole_then_the_newest_other_lines():
+    request = "\n".join(f"Requirement {i}." for i in range(MAX_ANCHOR_LINES + 10))
+    notes = [f"- Later instruction: note {i}" for i in range(MAX_ANCHOR_LINES + 5)]
+    summary = complete([Anchor(AnchorType.USER_INTENT, "\n".join([request, *notes[:-1], request]))])
+    facts = Facts(user_request=request, instructions=("note 0", f"note {MAX_ANCHOR_LINES + 4}"))
+    intent = by_type(ensure_facts(summary, facts))[AnchorType.USER_INTENT]
+    assert intent.startswith(request + "\n") and intent.count("Requirement 0.") == 1
+    assert intent.splitlines()[len(request.splitlines()) :] == notes[-MAX_ANCHOR_LINES:]
+    assert by_type(ensure_facts(complete([]), Facts(instructions=("x y",))))[AnchorType.USER_INTENT] == (
+        "- Later instruction: x y"
+    )
 
 
 # --- deterministic facts -------------------------------------------------------------------------

@@ -202,17 +202,19 @@ def test_the_extractive_delta_leaves_the_facts_to_the_core(make_compactor):
         failed_commands=("`pytest` -> ImportError: p",),
         decisions=("I will use a lookup table instead of the regex.",),
         next_step="Next, I will run the tests.",
+        instructions=("Also keep the old flag working.",),
     )
     delta = ExtractiveSummarizer(ExtractiveSummarizer.Config(delta=True)).summarize(
         attrs.evolve(request(messages=messages), facts=facts)
     )
     anchors = {a.type: a.content for a in parse_markdown(delta.text).anchors}
-    assert anchors[AnchorType.USER_INTENT] == "- Later instruction: Also keep the old flag working."
-    assert all(anchors[t] == "N/A" for t in list(AnchorType)[1:])
+    assert all(anchors[t] == "N/A" for t in AnchorType)
     assert "src/p.py" not in delta.text and "ImportError" not in delta.text
-    # a later instruction is written once, under User Intent, in a delta and in a whole summary
-    assert delta.text.count("Also keep the old flag working.") == 1
+    assert "old flag" not in delta.text  # the later instruction too is a fact the core adds
+    # a whole summary writes the later instruction once, under User Intent
     whole = ExtractiveSummarizer().summarize(attrs.evolve(request(messages=messages), facts=facts))
+    intent = {a.type: a.content for a in parse_markdown(whole.text).anchors}[AnchorType.USER_INTENT]
+    assert intent.endswith("\n- Later instruction: Also keep the old flag working.")
     assert whole.text.count("Also keep the old flag working.") == 1
 
     history = build_history([3000] * 40)

@@ -18,6 +18,7 @@ from progressive_compactor.facts import (
     _DECISION,
     _NEXT,
     _READ_COMMANDS,
+    INSTRUCTION_CHARS,
     _arguments,
     _clean_path,
     _decisions,
@@ -98,6 +99,30 @@ def test_the_first_real_request_skips_reminders_and_command_echoes(facts):
     )
     assert first_user_request(echoes, 100) == "real one"
     assert first_user_request(echoes[:2], 100) is None
+
+
+def test_later_user_requests_are_instructions_on_one_line_each():
+    long = "Keep the old flag working,\n  and   " + "also this " * 50
+    history = messages_from_dicts(
+        [
+            *SESSION[:2],
+            {"role": "user", "content": "Also handle tabs."},
+            {"role": "user", "content": "[Request interrupted by user]"},
+            {"role": "user", "content": "<command-name>/clear</command-name>"},
+            {"role": "user", "content": REQUEST},  # the request again is not a new instruction
+            {"role": "user", "content": long},
+            {"role": "user", "content": "Also handle tabs."},
+        ]
+    )
+    facts = extract_facts(history)
+    assert facts.user_request == REQUEST
+    tabs, flag = facts.instructions
+    assert tabs == "Also handle tabs."
+    assert flag.startswith("Keep the old flag working, and also this") and len(flag) == INSTRUCTION_CHARS
+    assert flag.endswith("...") and "\n" not in flag
+    # a later part of the session: its first request-like message is an instruction too
+    assert extract_facts(history[2:], request=REQUEST).instructions == facts.instructions
+    assert extract_facts(history[2:]).user_request == "Also handle tabs."
 
 
 def test_a_long_request_is_bounded_with_its_head_and_tail():
@@ -334,7 +359,7 @@ def request_for(messages, previous_summary=None, previous_anchors=()):
         messages=msgs,
         previous_summary=previous_summary,
         previous_anchors=previous_anchors,
-        facts=attrs.evolve(extract_facts(msgs), user_request=REQUEST),
+        facts=extract_facts(msgs, request=REQUEST),
         session_id="s",
         tier=CompactionTier.FULL,
         max_summary_tokens=4000,
@@ -391,6 +416,29 @@ def test_the_request_survives_a_summarizer_that_forgets_it(make_compactor):
     intent = record.anchors[0]
     assert intent.type is AnchorType.USER_INTENT and intent.content == history[1]["content"]
     assert "file_call_0.py" in record.anchors[1].content  # files the agent read, from the facts
+
+
+@pytest.mark.parametrize("config", ["classic", "default"])
+def test_later_instructions_outlast_a_long_request_through_many_compactions(make_compactor, config):
+    """A request longer than an anchor's line limit stays whole and once, and every later
+    instruction stays after it, in the summary once its message is compacted."""
+    request = "\n".join(f"Requirement {i} of the request." for i in range(60))
+    history = build_history([3000] * 10, request=request)
+    compactor = make_compactor(config, context_window=window_for(history, 0.85))
+    compacted = []
+    for k in range(12):
+        history.append({"role": "user", "content": f"Instruction {k}: keep step {k} quiet."})
+        history += tool_turn(f"t{k}", 3000)
+        view = compactor.compact(history)
+        summary = (compaction_message(view) or {}).get("content", "")
+        raw = {m.get("content") for m in view}
+        for j in range(k + 1):
+            assert f"- Later instruction: Instruction {j}: keep step {j} quiet." in summary or (
+                f"Instruction {j}: keep step {j} quiet." in raw
+            ), (k, j)
+        compacted = [j for j in range(k + 1) if f"Instruction {j}: keep step {j} quiet." not in raw]
+        assert summary.count("Requirement 59 of the request.") <= 1
+    assert len(compacted) >= 4  # several compactions covered instructions
 
 
 def test_a_failed_command_reaches_the_tried_solutions_anchor(make_compactor):

@@ -386,6 +386,31 @@ def test_incremental_update_sends_previous_summary_and_only_new_messages(fake, t
     assert 'pytest tests/test_parser.py -k case_0"' not in new  # covered by the first summary
 
 
+@pytest.mark.parametrize("mode", ["delta", "whole"])
+def test_a_later_instruction_stays_though_the_summaries_leave_it_out(fake, tmp_path, mode):
+    """The provider's summaries (``summary_text``) never mention the user's later instruction: the
+    core keeps it in the intent all the same, through a second compaction that merges another summary."""
+    instruction = "Also keep the old tokenize() signature working; do not rename it."
+    history = synthetic_history("SESSION-MARKER-l", FULL_ROUNDS)
+    history.insert(8, {"role": "user", "content": instruction})
+    compactor = make(fake.base_url, "openai", tmp_path, mode=mode)
+    view, first = compactor.compact_with_record(history, "s")
+    assert first.tier is CompactionTier.FULL and first.errors == ()
+    assert f"- Later instruction: {instruction}" in compaction_message(view)["content"]
+    sent = fake.requests[0].body["messages"][1]["content"]
+    assert f"Later instructions from the user: {instruction}" in sent  # the summarizer saw it as a fact
+    for i in range(100, 112):
+        arguments = json.dumps({"command": f"make step{i}"})
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+        history.append({"role": "assistant", "content": f"Round {i}.", "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} done\n" * 25})
+    view, second = compactor.compact_with_record(history, "s")
+    compactor.close()
+    assert second.summarizer_calls == 1 and second.errors == () and len(fake.requests) == 2
+    assert compaction_message(view)["content"].count(f"- Later instruction: {instruction}") == 1
+    assert all(m.get("content") != instruction for m in view)  # compacted: the summary is all that holds it
+
+
 def test_delta_request_is_lean(fake, tmp_path):
     """The default (delta) request: no previous summary, the user's request once and cut to
     twice the message length, messages cut to max_message_chars, tool results shorter."""
@@ -473,13 +498,16 @@ def test_a_delta_prompt_shows_every_fact_the_core_adds_and_asks_not_to_copy_them
         failed_commands=("pytest -> ImportError: foo",),
         decisions=("I will keep a shim module named foo.",),
         next_step="Next, I will run the tests.",
+        instructions=("Keep the old import path working.",),
     )
     delta = build_prompt(_request(facts=facts), delta=True)
     assert "Never copy the facts" in delta.system and "do not copy them" in delta.user
-    for fact in ("src/bar.py", "pytest -> ImportError: foo", "I will keep a shim module named foo.", "Next, I will"):
+    facts_shown = ("src/bar.py", "pytest -> ImportError: foo", "I will keep a shim module named foo.", "Next, I will")
+    for fact in (*facts_shown, "Later instructions from the user: Keep the old import path working."):
         assert fact in delta.user
     whole = build_prompt(_request(facts=facts))  # a whole summary keeps the facts, as it always did
     assert "keep every one of them" in whole.user and "Decisions stated" not in whole.user
+    assert "Later instructions from the user: Keep the old import path working." in whole.user
 
 
 def test_prompt_says_first_summary_when_there_is_none():

@@ -36,7 +36,7 @@ PLACEHOLDERS = {
     "target_tokens": "how long the summary should be at most, in tokens",
     "target_words": "the same in words (about three quarters of the tokens)",
     "previous_summary": "the previous summary with its anchors, or a line saying there is none",
-    "facts": "facts the core extracted mechanically (user's request, files, failed commands; for a delta also the stated decisions and next step)",
+    "facts": "facts the core extracted mechanically (user's request and later instructions, files, failed commands; for a delta also the stated decisions and next step)",
     "user_request": "the user's original request, verbatim (or N/A)",
     "message_count": "how many new messages there are",
     "messages": "the new messages, one block each, each bounded in length",
@@ -102,7 +102,8 @@ to it, in exactly this Markdown format, with these six headings in this order an
 after them:
 
 ## User Intent
-Any new instruction, constraint or change of mind from the user, each on its own line (N/A if none).
+Any new instruction, constraint or change of mind from the user that the facts do not quote, each \
+on its own line (N/A if none).
 ## Execution Progress
 What the new messages did and what state it left, beyond the files the facts list: commands run \
 and their outcome, the state of tests and builds.
@@ -255,6 +256,7 @@ def render_facts(facts: Facts, quoted: bool = False, stated: bool = False) -> st
         request = "(quoted above)" if stated else "(quoted above; keep it verbatim)"
     lines = [f"User's original request (verbatim):\n{request}"]
     listed: list[tuple[str, Sequence[str]]] = [
+        ("Later instructions from the user", facts.instructions),
         ("Files created", facts.files_created),
         ("Files edited", facts.files_edited),
         ("Files read", facts.files_read),
