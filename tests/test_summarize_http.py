@@ -75,6 +75,15 @@ def run(
     return asyncio.run(turn())
 
 
+def add_rounds(history: list[dict], rounds: range) -> None:
+    """Append a ``make step{i}`` tool call and its result to ``history`` for each ``i``."""
+    for i in rounds:
+        arguments = json.dumps({"command": f"make step{i}"})
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+        history.append({"role": "assistant", "content": f"Round {i}.", "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} done\n" * 25})
+
+
 def failure_of(record: CompactionRecord) -> str:
     """The summarizer's failure: the record's first error, followed by the fallback's own entry."""
     assert record.fallback
@@ -183,11 +192,7 @@ def test_cache_friendly_request_repeats_the_agents_view_and_reads_the_cache(fake
         system, messages = to_anthropic(view)
         agent_body = {"model": "m", "system": system, "messages": messages, "max_tokens": 100}
     httpx.post(fake.base_url + PATHS[protocol].removeprefix("/v1"), json=agent_body).raise_for_status()
-    for i in range(100, 106):
-        arguments = json.dumps({"command": f"make step{i}"})
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
-        history.append({"role": "assistant", "content": f"Round {i}.", "tool_calls": [call]})
-        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} done\n" * 25})
+    add_rounds(history, range(100, 106))
     _, record = compactor.compact_with_record(history, "s")
     compactor.close()
 
@@ -369,11 +374,7 @@ def test_incremental_update_sends_previous_summary_and_only_new_messages(fake, t
     history = synthetic_history("SESSION-MARKER-i", FULL_ROUNDS)
     _, first = compactor.compact_with_record(history, "s")
     assert first.tier is CompactionTier.FULL
-    for i in range(100, 112):
-        arguments = json.dumps({"command": f"make step{i}"})
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
-        history.append({"role": "assistant", "content": f"Round {i}.", "tool_calls": [call]})
-        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} done\n" * 25})
+    add_rounds(history, range(100, 112))
     _, second = compactor.compact_with_record(history, "s")
     compactor.close()
     assert second.summarizer_calls == 1 and len(fake.requests) == 2
@@ -399,11 +400,7 @@ def test_a_later_instruction_stays_though_the_summaries_leave_it_out(fake, tmp_p
     assert f"- Later instruction: {instruction}" in compaction_message(view)["content"]
     sent = fake.requests[0].body["messages"][1]["content"]
     assert f"Later instructions from the user: {instruction}" in sent  # the summarizer saw it as a fact
-    for i in range(100, 112):
-        arguments = json.dumps({"command": f"make step{i}"})
-        call = {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
-        history.append({"role": "assistant", "content": f"Round {i}.", "tool_calls": [call]})
-        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i} done\n" * 25})
+    add_rounds(history, range(100, 112))
     view, second = compactor.compact_with_record(history, "s")
     compactor.close()
     assert second.summarizer_calls == 1 and second.errors == () and len(fake.requests) == 2
