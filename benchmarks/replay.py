@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from progressive_compactor.lab.probes import CATEGORIES
+
 POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "none": ("baseline-none", {}),
     "truncation": ("baseline-truncation", {}),
@@ -72,7 +74,6 @@ DEFAULT_POLICIES = (
     "cache-aware",
 )
 BASELINES = ("none", "truncation", "one-threshold", "masking")
-CATEGORIES = ("request", "artifacts", "errors", "next_step")
 
 
 def corpus_default() -> Path:
@@ -170,8 +171,9 @@ def window_table(window: int, by_policy: dict[str, list[dict[str, Any]]], refere
     head = (
         f"| policy | invalid views | overflow turns (sessions) | peak view, max | billed cost, sum | vs {reference} "
         "| cost without prompt cache | mean view | cached share | summarizer calls | summarizer tokens in / out "
-        "per call | tiers Warn/Soft/Full/Emergency | request | artifacts | errors | next step "
-        "| compactor µs/call, mean (max ms) |"
+        "per call | tiers Warn/Soft/Full/Emergency | "
+        + " | ".join(c.replace("_", " ") for c in CATEGORIES)
+        + " | compactor µs/call, mean (max ms) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     ref_cost = sum(r["cost"] for r in by_policy.get(reference, [])) or None

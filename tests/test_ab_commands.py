@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from progressive_compactor.cli.app import cli as main
 from progressive_compactor.lab.experiment import ExperimentCompactor
+from progressive_compactor.lab.probes import CATEGORIES
 from progressive_compactor.testing import build_history
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "sessions"
@@ -172,7 +173,8 @@ def test_a_replay_is_paired_and_names_its_test_level_and_prices(tmp_path):
     assert "default (control): mean per session, 90 % CI, total over sessions" in out
     assert "underpowered" not in out  # paired
     assert "retention: request saturated no verdict" in out
-    assert "Saturated (retention: request, retention: artifacts, retention: errors, retention: next step)" in out
+    saturated = ", ".join(f"retention: {c.replace('_', ' ')}" for c in CATEGORIES)
+    assert f"Saturated ({saturated})" in out
 
 
 def test_replay_control_option(tmp_path):

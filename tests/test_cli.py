@@ -25,6 +25,7 @@ from progressive_compactor.cli.app import cli as main
 from progressive_compactor.cli.gc import parse_duration
 from progressive_compactor.cli.records import parse_line_range
 from progressive_compactor.converters import read_records_file as read_records
+from progressive_compactor.lab.probes import CATEGORIES
 from progressive_compactor.lab.report import changed_view
 from progressive_compactor.messages import messages_from_dicts, view_problems
 from progressive_compactor.models import Anchor, AnchorType, CompactionRecord, CompactionTier, OffloadEntry
@@ -343,13 +344,11 @@ def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: 
     history = synthetic_history()
     assert all(history[c["message"]]["role"] == "assistant" for c in log)  # the message the view was made for
     assert [c["call"] for c in log] == sorted({c["call"] for c in log}) and all(1 <= c["call"] <= 13 for c in log)
-    assert all(
-        set(c["facts_lost"]) <= {"request", "artifacts", "errors", "next_step"} for c in log if c["changed_view"]
-    )
+    assert all(set(c["facts_lost"]) <= set(CATEGORIES) for c in log if c["changed_view"])
     assert big["peak_view_tokens"] <= big["context_window"] == 8000
     assert big["total_input_tokens"] > big["peak_view_tokens"]
     assert small["compactions"] == 0 and small["offloads"] == 0
-    assert set(big["retention"]) == {"request", "artifacts", "errors", "next_step"}
+    assert set(big["retention"]) == set(CATEGORIES)
     assert all(r is None or 0 <= r <= 1 for r in big["retention"].values())
     assert "⚡" not in result.stdout
 

@@ -73,9 +73,25 @@ def test_probes_of_a_hand_written_session():
     assert step.label == "Next, I will handle the empty string in parse()."
 
 
+LATER = [
+    {"role": "user", "content": "[Request interrupted by user]"},
+    {"role": "user", "content": "Also   keep the old parse_file() working."},
+]
+
+
 def test_the_whole_transcript_keeps_every_probe():
-    retention = check_probes(build_probes(SESSION), SESSION)
+    retention = check_probes(build_probes(SESSION + LATER), SESSION + LATER)
     assert all(retention.ratio(c) == 1.0 for c in CATEGORIES)
+
+
+def test_a_later_instruction_is_kept_by_its_message_or_the_summary_line_only():
+    probes = build_probes(SESSION + LATER)
+    assert [p.label for p in by_category(probes)["instructions"]] == ["Also keep the old parse_file() working."]
+    line = "- Later instruction: Also keep the old parse_file() working."
+    summary = {"role": "user", "content": f"[Context Compaction]\n## User Intent\n{line}"}
+    assert check_probes(probes, [*SESSION[:2], summary]).ratio("instructions") == 1.0
+    assert check_probes(probes, SESSION).ratio("instructions") == 0.0
+    assert check_probes(build_probes(SESSION), SESSION).ratio("instructions") is None
 
 
 def test_a_view_that_dropped_the_failure_loses_the_error_probe_only():

@@ -32,6 +32,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from ..lab.probes import CATEGORIES
 from ..models import NOT_AVAILABLE, CompactionRecord, CompactionTier
 from ..notice import changed_view, human_bytes, human_tokens, notice, tier_label
 
@@ -530,7 +531,7 @@ def summary_view(summaries: Sequence[Mapping[str, Any]], width: int) -> Renderab
         ("summarizer calls", _summarizer),
         *[
             (f"facts kept: {name}", (lambda key: lambda s: _ratio((s.get("retention") or {}).get(key)))(name))
-            for name in ("request", "artifacts", "errors", "next_step")
+            for name in CATEGORIES
         ],
         ("billed cost", lambda s: f"${s['cost_usd']['total']:.4f}" if s.get("cost_usd") else "-"),
         (

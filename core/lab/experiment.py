@@ -77,6 +77,7 @@ from ..models import CompactionRecord, CompactionTier, SessionState
 from ..options import keyword_plugins
 from ..pricing import DEFAULT_PRICES, Cost, PriceTable, call_cost
 from ..validation import check_config_data, config_from_dict, variant_data
+from .probes import CATEGORIES
 from .replay import METER_NAME, SummarizerMeter
 from .stats import (
     Difference,
@@ -459,13 +460,9 @@ METRIC_LIST: tuple[Metric, ...] = (
     Metric("summarizer_calls", "summarizer calls", "count"),
     Metric("summarizer_tokens", "summarizer tokens", "count"),
     Metric("compactions", "compactions", "count"),
-    Metric("retention_request", "retention: request", "retention"),
-    Metric("retention_artifacts", "retention: artifacts", "retention"),
-    Metric("retention_errors", "retention: errors", "retention"),
-    Metric("retention_next_step", "retention: next step", "retention"),
+    *(Metric(f"retention_{c}", f"retention: {c.replace('_', ' ')}", "retention") for c in CATEGORIES),
 )
 METRICS: tuple[tuple[str, str], ...] = tuple((m.key, m.label) for m in METRIC_LIST)
-RETENTION = ("request", "artifacts", "errors", "next_step")
 Metrics = dict[str, float | None]
 
 
@@ -514,7 +511,7 @@ def session_metrics(
         "summarizer_calls": float(sum(r.summarizer_calls for r in records)),
         "summarizer_tokens": float(sum(r.summarizer_tokens_in + r.summarizer_tokens_out for r in records)),
         "compactions": float(sum(1 for r in records if r.tier is not CompactionTier.NONE and changed_view(r))),
-        **{f"retention_{c}": retention.get(c) for c in RETENTION},
+        **{f"retention_{c}": retention.get(c) for c in CATEGORIES},
     }
 
 

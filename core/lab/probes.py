@@ -20,6 +20,11 @@ The probes, by category (built from the history the final view was computed from
     three that read as prose: at least 20 characters, at least 4 words, and at least 60 % letters
     among their non-space characters. One probe per key sentence, its needle the sentence's first
     200 characters. A request with no such sentence gives one probe: its first 200 characters.
+``instructions``
+    The user's later instructions: every later user message that is a request, as
+    :func:`progressive_compactor.facts.extract_facts` finds them (not a reminder, a command echo, a
+    bracketed note like ``[Request interrupted by user]``, or the first request again). One probe
+    per instruction, its needle the first 120 characters of the message on one line.
 ``artifacts``
     The artifact trail: every file path the agent created, edited or viewed, found by
     :func:`progressive_compactor.facts.extract_facts` run on each assistant message together with
@@ -54,7 +59,9 @@ from ..facts import describe_call, error_line, extract_facts, first_user_request
 from ..messages import message_from_dict, text_of
 from ..models import Message
 
-CATEGORIES = ("request", "artifacts", "errors", "next_step")
+CATEGORIES = ("request", "instructions", "artifacts", "errors", "next_step")
+SHORT_NAMES = {"request": "req.", "instructions": "instr.", "artifacts": "files", "errors": "err.", "next_step": "next"}
+"""Each category's name where a table is narrow."""
 KEY_SENTENCES = 3
 _TAG_LINE = re.compile(r"^\s*</?[\w-]+>\s*$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -147,6 +154,8 @@ def build_probes(messages: Sequence[Mapping[str, Any] | Message]) -> tuple[Probe
         for s in sentences:
             needle = normalize(s)[:200]
             probes.append(Probe("request", s[:200], (needle,)))
+    for instruction in extract_facts(msgs).instructions:
+        probes.append(Probe("instructions", instruction, (normalize(instruction)[:120],)))
     paths: list[str] = []
     for group in _groups(msgs):
         facts = extract_facts(group)

@@ -44,6 +44,7 @@ from ..errors import CompactorError
 from ..models import CompactionRecord, CompactionTier
 from ..notice import changed_view, human_bytes, human_tokens, notice, tier_label
 from ..pricing import PriceTable, call_cost
+from .probes import CATEGORIES, SHORT_NAMES
 
 INSTALL_HINT = "pip install 'progressive-compactor[report]'"
 TIER_COLOURS = {
@@ -1089,13 +1090,12 @@ def _single(data: ReportData, figure: _Figures) -> str:
 
 def _overview(runs: Sequence[ReportData]) -> str:
     """A row per run, grouped under a row per session."""
-    categories = ("request", "artifacts", "errors", "next_step")
     columns = 9
     head = (
         "<tr><th>run</th><th class=num>window</th><th class=num>calls</th>"
         "<th class=num>compactions</th><th class=num>peak view</th><th class=num>overflows</th>"
         "<th class=num>billed cost</th><th class=num>vs. no compaction</th>"
-        "<th class=num title='request / artifacts / errors / next step'>facts kept (req. / files / err. / next)</th></tr>"
+        f"<th class=num title='{' / '.join(CATEGORIES)}'>facts kept ({' / '.join(SHORT_NAMES.values())})</th></tr>"
     )
     rows = []
     session = None
@@ -1108,7 +1108,7 @@ def _overview(runs: Sequence[ReportData]) -> str:
         peak = max(run.view_tokens, default=0)
         window = run.context_window
         retention = run.retention or {}
-        kept = " / ".join("-" if retention.get(c) is None else f"{retention[c]:.0%}" for c in categories)
+        kept = " / ".join("-" if retention.get(c) is None else f"{retention[c]:.0%}" for c in CATEGORIES)
         rows.append(
             f"<tr><td class=where>{html.escape(run.label or run.title)}</td>"
             f"<td class=num>{f'{window:,}' if window else '-'}</td><td class=num>{len(run.calls) or '-'}</td>"
