@@ -22,7 +22,7 @@ from progressive_compactor.plugin_manager import PluginContext
 from progressive_compactor.plugins.store_jsonl import JsonlStore
 from progressive_compactor.record_stamp import new_record_id, record_timestamp
 from progressive_compactor.storage import append_line
-from progressive_compactor.testing import ListStore, build_history, window_for
+from progressive_compactor.testing import ListStore, build_history, compaction_message, window_for
 from store_contract import assert_changed_nothing_is_kept_only_when_asked
 
 BASE_FIELDS = (
@@ -394,6 +394,11 @@ def test_secrets_never_reach_the_records(make_compactor, tmp_path):
     pinned.secrets.add("sk-THE-SECRET-VALUE")
     view = pinned.compact(history)
     assert view[1]["content"] == history[1]["content"].replace("sk-THE-SECRET-VALUE", "[REDACTED]")
+    assert "sk-THE-SECRET-VALUE" not in str(view[:3])
+    # A later instruction is a fact of the summary: masked there as well.
+    later = [*history[:4], {"role": "user", "content": "Rotate sk-THE-SECRET-VALUE when done."}, *history[4:]]
+    view = pinned.compact(later, "later")
+    assert "- Later instruction: Rotate [REDACTED] when done." in compaction_message(view)["content"]
     assert "sk-THE-SECRET-VALUE" not in str(view[:3])
 
 
