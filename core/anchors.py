@@ -238,8 +238,8 @@ def with_fresh_next_step(anchors: Sequence[Anchor], facts: Facts) -> tuple[Ancho
 
 def ensure_facts(anchors: Sequence[Anchor], facts: Facts) -> tuple[Anchor, ...]:
     """Add to ``anchors`` whatever deterministic fact they lack, so that what the anchors say of
-    the request and later instructions, the files and the failures does not depend on the summarizer's diligence. A fact
-    counts as present when its text already appears."""
+    the request and later instructions, the files and the failures does not depend on the
+    summarizer's diligence. A fact counts as present when its text already appears."""
     result = {a.type: a for a in complete(anchors)}
     everything = "\n".join(a.content for a in result.values()).lower()
     listed = {path for match in _LISTED.finditer("\n" + everything) for path in match.group(1).split(", ")}

@@ -1,8 +1,8 @@
 """Facts the core extracts by itself, deterministically, whatever the summarizer writes.
 
-The user's original request and later instructions, the files the agent created, edited or read, the
-commands that failed with their error line, stated decisions and the last stated next step. The
-same functions serve the offline summarizer, the anchors' safety net and the retention probes.
+The user's original request and later instructions, the files the agent created, edited or read,
+the commands that failed with their error line, stated decisions and the last stated next step.
+The same functions serve the offline summarizer, the anchors' safety net and the retention probes.
 """
 
 from __future__ import annotations
