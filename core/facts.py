@@ -341,11 +341,16 @@ def _stated_decisions(text: str) -> list[str]:
     return [_LIST_MARK.sub("", s, count=1)[:240] for s in _decisions(text) if _states_a_decision(s)]
 
 
+_HEDGE = re.compile(r"\b(?:maybe|perhaps|might|possibly|probably|i wonder|not sure|hmm+|could be|may be)\b", re.I)
+"""A word that makes a sentence a guess ("Maybe the fix is ...", "the issue might be ...")."""
+
+
 def _states_a_decision(sentence: str) -> bool:
     """False for a sentence that names a decision without stating one: a question ("Should we use
-    this approach?"), the lead-in of a list ("The fix is:") or a table row."""
+    this approach?"), the lead-in of a list ("The fix is:"), a table row, or a guess ("Maybe the
+    issue is ...": the agent has not decided)."""
     end = sentence.rstrip("*` ")
-    return not (end.endswith(("?", ":")) or sentence.startswith("|"))
+    return not (end.endswith(("?", ":")) or sentence.startswith("|") or _HEDGE.search(sentence))
 
 
 def _decisions(text: str) -> list[str]:

@@ -195,6 +195,13 @@ def test_a_question_a_list_lead_in_or_a_table_row_is_no_decision():
     facts = extract_facts(messages_from_dicts([{"role": "assistant", "content": text}]))
     assert facts.decisions == ("I'll use a lookup table instead of the regex.",)
     assert len(_decisions(text)) == 4  # each names a decision phrase: the filter is what drops three
+    guesses = (
+        "Maybe the issue is in the lexer. Hmm, the fix might be simpler. The root cause is probably "
+        "the cache. Perhaps a better approach is a set. I'll use a set instead of the list."
+    )
+    facts = extract_facts(messages_from_dicts([{"role": "assistant", "content": guesses}]))
+    assert facts.decisions == ("I'll use a set instead of the list.",)
+    assert len(_decisions(guesses)) == 4  # the phrase search finds four; the guesses are dropped
     listed = extract_facts(
         messages_from_dicts(
             [
