@@ -432,7 +432,6 @@ def test_later_instructions_outlast_a_long_request_through_many_compactions(make
     request = "\n".join(f"Requirement {i} of the request." for i in range(60))
     history = build_history([3000] * 10, request=request)
     compactor = make_compactor(config, context_window=window_for(history, 0.85))
-    compacted = []
     for k in range(12):
         history.append({"role": "user", "content": f"Instruction {k}: keep step {k} quiet."})
         history += tool_turn(f"t{k}", 3000)
@@ -443,8 +442,8 @@ def test_later_instructions_outlast_a_long_request_through_many_compactions(make
             assert f"- Later instruction: Instruction {j}: keep step {j} quiet." in summary or (
                 f"Instruction {j}: keep step {j} quiet." in raw
             ), (k, j)
-        compacted = [j for j in range(k + 1) if f"Instruction {j}: keep step {j} quiet." not in raw]
         assert summary.count("Requirement 59 of the request.") <= 1
+    compacted = [j for j in range(12) if f"Instruction {j}: keep step {j} quiet." not in raw]
     assert len(compacted) >= 4  # several compactions covered instructions
 
 
