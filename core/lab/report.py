@@ -1095,7 +1095,7 @@ def _overview(runs: Sequence[ReportData]) -> str:
         "<tr><th>run</th><th class=num>window</th><th class=num>calls</th>"
         "<th class=num>compactions</th><th class=num>peak view</th><th class=num>overflows</th>"
         "<th class=num>billed cost</th><th class=num>vs. no compaction</th>"
-        f"<th class=num title='{' / '.join(CATEGORIES)}'>facts kept ({' / '.join(SHORT_NAMES.values())})</th></tr>"
+        f"<th class=num title='{' / '.join(CATEGORIES)}'>facts kept ({' / '.join(SHORT_NAMES[c] for c in CATEGORIES)})</th></tr>"
     )
     rows = []
     session = None
