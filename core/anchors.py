@@ -263,14 +263,22 @@ def _intent(current: Anchor, facts: Facts, everything: str) -> Anchor:
     """The intent: the user's request whole, then the other lines of ``current`` (later
     instructions, the summarizer's notes) with the later instructions of ``facts`` that
     ``everything`` lacks, the newest :data:`MAX_ANCHOR_LINES` of them."""
-    lines = [] if current.is_empty else _lines(current.content)
-    head = []
-    if facts.user_request:
-        head = [facts.user_request]
-        request_lines = set(_lines(facts.user_request))
-        lines = [line for line in lines if line not in request_lines]
+    lines = _beyond_request(current.content, facts.user_request)
     lines += [f"{LATER_INSTRUCTION}{i}" for i in facts.instructions if i.lower() not in everything]
+    head = [facts.user_request] if facts.user_request else []
     return Anchor(AnchorType.USER_INTENT, "\n".join(head + lines[-MAX_ANCHOR_LINES:]) or NOT_AVAILABLE)
+
+
+def _beyond_request(intent: str, request: str | None) -> list[str]:
+    """The lines of ``intent`` that are not the request's (nor ``N/A``)."""
+    request_lines = _request_lines(request) if request else frozenset()
+    return [line for line in _lines(intent) if line not in request_lines and line != NOT_AVAILABLE]
+
+
+@functools.lru_cache(maxsize=256)
+def _request_lines(request: str) -> frozenset[str]:
+    """The request's lines (a session's request is looked at on every compaction: cached)."""
+    return frozenset(_lines(request))
 
 
 def fit_summary(
@@ -394,9 +402,7 @@ def without_request(anchors: Sequence[Anchor], request: str) -> tuple[Anchor, ..
 def _intent_without(intent: str, request: str) -> str:
     """The intent's lines that are not the request's, after the note (the same texts on every
     turn of a session: cached)."""
-    request_lines = set(_lines(request))
-    rest = [line for line in _lines(intent) if line not in request_lines and line != NOT_AVAILABLE]
-    return "\n".join([PINNED_REQUEST_NOTE, *rest])
+    return "\n".join([PINNED_REQUEST_NOTE, *_beyond_request(intent, request)])
 
 
 def compaction_message_text(

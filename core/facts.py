@@ -134,6 +134,13 @@ _NOTE = re.compile(r"^\[[^\]\n]*\]$")
 """A message that is one bracketed note ("[Request interrupted by user]"), written by a tool."""
 
 
+def one_line(text: str, limit: int) -> str:
+    """``text`` with every run of white space made one space, cut to ``limit`` characters (the
+    last three an ellipsis when it is cut)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def instruction(text: str, request: str | None, limit: int) -> str | None:
     """``text`` (a user message's) as a later instruction: on one line, cut to
     :data:`INSTRUCTION_CHARS`; None when it is no request (a reminder, a command echo, a bracketed
@@ -143,8 +150,7 @@ def instruction(text: str, request: str | None, limit: int) -> str | None:
         return None
     if request is not None and bound_text(text, limit) == request:
         return None
-    line = " ".join(text.split())
-    return line if len(line) <= INSTRUCTION_CHARS else line[: INSTRUCTION_CHARS - 3] + "..."
+    return one_line(text, INSTRUCTION_CHARS)
 
 
 def _arguments(call_arguments: str) -> dict[str, Any]:

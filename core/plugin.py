@@ -42,7 +42,7 @@ from .errors import (
     StorageError,
     SummarizerError,
 )
-from .facts import bound_text, extract_facts, first_user_request
+from .facts import bound_text, extract_facts, first_user_request, one_line
 from .hookspecs import hookimpl
 from .messages import (
     char_count,
@@ -196,6 +196,7 @@ __all__ = [
     "newest_mtime",
     "offload_handles",
     "offload_text",
+    "one_line",
     "parse_markdown",
     "placeholder",
     "private_dir",

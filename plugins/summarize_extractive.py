@@ -28,13 +28,9 @@ from progressive_compactor.plugin import (
     format_summary,
     hookimpl,
     merge_anchors,
+    one_line,
     text_of,
 )
-
-
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ExtractiveSummarizer:
@@ -83,7 +79,7 @@ class ExtractiveSummarizer:
     def _paragraph(self, request: SummaryRequest) -> str:
         """One paragraph on the new messages: the tools the agent ran and what it said, in short."""
         roles = Counter(m.role for m in request.messages)
-        said = [_one_line(text_of(m), 200) for m in request.messages if m.role == "assistant" and text_of(m).strip()]
+        said = [one_line(text_of(m), 200) for m in request.messages if m.role == "assistant" and text_of(m).strip()]
         paragraph = (
             f"Compacted {len(request.messages)} messages ({roles['user']} from the user, "
             f"{roles['assistant']} from the assistant, {roles['tool']} tool results)."

@@ -59,9 +59,9 @@ from ..facts import describe_call, error_line, extract_facts, first_user_request
 from ..messages import message_from_dict, text_of
 from ..models import Message
 
-CATEGORIES = ("request", "instructions", "artifacts", "errors", "next_step")
 SHORT_NAMES = {"request": "req.", "instructions": "instr.", "artifacts": "files", "errors": "err.", "next_step": "next"}
-"""Each category's name where a table is narrow."""
+"""Each category, in order, with its name where a table is narrow."""
+CATEGORIES = tuple(SHORT_NAMES)
 KEY_SENTENCES = 3
 _TAG_LINE = re.compile(r"^\s*</?[\w-]+>\s*$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -154,7 +154,8 @@ def build_probes(messages: Sequence[Mapping[str, Any] | Message]) -> tuple[Probe
         for s in sentences:
             needle = normalize(s)[:200]
             probes.append(Probe("request", s[:200], (needle,)))
-    for instruction in extract_facts(msgs).instructions:
+    whole = extract_facts(msgs)
+    for instruction in whole.instructions:
         probes.append(Probe("instructions", instruction, (normalize(instruction)[:120],)))
     paths: list[str] = []
     for group in _groups(msgs):
@@ -185,7 +186,7 @@ def build_probes(messages: Sequence[Mapping[str, Any] | Message]) -> tuple[Probe
             continue
         seen.add(needles)
         probes.append(Probe("errors", f"{tried} -> {line}", needles))
-    step = extract_facts(msgs).next_step
+    step = whole.next_step
     if step:
         probes.append(Probe("next_step", step, (normalize(step)[:150],)))
     return tuple(probes)
