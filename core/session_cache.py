@@ -14,7 +14,11 @@ is new since the last turn:
 
 A turn that needs no compaction then costs the new messages, not a pass over the history. The
 cache is rebuilt from scratch when the caller passes a history that does not continue the one it
-has seen (another history under the same session id, or an edited one).
+has seen (another history under the same session id, or one with a message replaced or removed).
+Each message read before is compared by identity first, and by equality only where the caller
+passes another object, so a caller that keeps its messages pays a pointer comparison a message; a
+dict changed in place, though, is the same object and is not noticed: to edit a message, replace
+it.
 """
 
 from __future__ import annotations
@@ -91,8 +95,9 @@ class SessionCache:
         """How many history messages (after the system message) ``settled`` was built from."""
         self.settled_repairs = 0
         self.recent_messages: list[Message] = []
-        self.last_read: Any = None
-        """The last history message read (the caller's own object), to recognise the history."""
+        self.read_items: list[Any] = []
+        """The history's messages read so far after the system message (the caller's own
+        objects), to recognise the history at the next turn."""
         self.first_request: str | None = None
         self.request_index: int | None = None
         """Where the user's request is in ``settled``: once a summary covers it, the view carries
@@ -145,9 +150,14 @@ class SessionCache:
         seen = self.seen
         if len(history) < seen:
             return False
-        if seen > self.offset:
-            last = history[seen - 1]
-            return last is self.last_read or last == self.last_read
+        given = history[self.offset : seen]
+        if type(given) is not list:
+            given = list(given)
+        # A list comparison takes each pair by identity first and by equality only where the
+        # objects differ: a pointer comparison a message for a caller that keeps its messages.
+        if given != self.read_items:
+            return False
+        self.read_items = given  # equal objects passed again are compared by identity next time
         return True
 
     def read(self, history: Sequence[Any]) -> None:
@@ -157,7 +167,7 @@ class SessionCache:
             return
         new = history[seen:]
         self.recent_messages.extend([as_message(d, seen + i) for i, d in enumerate(new)])
-        self.last_read = new[-1]
+        self.read_items.extend(new)
         self._settle()
 
     def _settle(self) -> None:

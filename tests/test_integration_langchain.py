@@ -211,6 +211,25 @@ def test_unchanged_messages_are_the_states_own_objects(make_compactor):
     assert seen[0][0].id == "h1" and seen[0][0].content == "hello"
 
 
+def test_a_message_replaced_in_the_thread_reaches_the_model(make_compactor):
+    """LangGraph replaces a thread's message that has the same id (``update_state``, a user
+    correcting their request): the next model call gets the new text, as without the middleware."""
+
+    def last_request(middleware: list) -> list:
+        model = ScriptedModel(requests=[])
+        agent = create_agent(model, tools=[], middleware=middleware, checkpointer=InMemorySaver(), system_prompt="sys")
+        config = {"configurable": {"thread_id": "edited"}}
+        agent.invoke({"messages": [HumanMessage("Deploy to STAGING", id="u1")]}, config)
+        agent.invoke({"messages": [HumanMessage("go", id="u2")]}, config)
+        agent.update_state(config, {"messages": [HumanMessage("Deploy to PRODUCTION", id="u1")]})
+        agent.invoke({"messages": [HumanMessage("go again", id="u3")]}, config)
+        return model.requests[-1]
+
+    compacted = last_request([CompactionMiddleware(make_compactor(context_window=100_000))])
+    assert compacted == last_request([])
+    assert compacted[1]["content"] == "Deploy to PRODUCTION"
+
+
 def test_a_failing_compactor_never_breaks_the_run(make_compactor, caplog):
     store = ListStore()
     compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])

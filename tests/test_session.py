@@ -300,6 +300,33 @@ def test_a_different_history_under_the_same_session_id_starts_over(make_compacto
     assert compactor.state().covered == 0
 
 
+@pytest.mark.parametrize("where", [1, 4], ids=["the request", "a tool result"])
+def test_a_message_replaced_in_the_middle_is_read_again(make_compactor, history, where):
+    """Same length, same last message, one earlier message replaced (a user correcting their
+    request, a framework replacing a message by its id): the view carries the new text, as a
+    compactor that never saw the old history gives it."""
+    compactor = make_compactor(context_window=window_for(history, 0.5))
+    assert compactor.compact_with_record(history)[1].tier is CompactionTier.NONE
+    edited = list(history)
+    edited[where] = {**history[where], "content": "Replaced: do the other thing instead."}
+    view = compactor.compact(edited)
+    assert view == make_compactor(context_window=window_for(history, 0.5)).compact(edited)
+    assert view[where]["content"] == "Replaced: do the other thing instead."
+
+
+def test_equal_messages_passed_as_new_objects_continue_the_session(make_compactor, history):
+    """A caller that rebuilds its dicts every turn (a history read back from a database, a
+    framework that converts its own messages) continues the session: same views, the same cache."""
+    compactor = make_compactor(context_window=window_for(history, 0.5))
+    first = compactor.compact(history)
+    cache = compactor._caches[compactor.session_id]
+    again = compactor.compact(tuple(copy.deepcopy(history)))
+    assert again == first and compactor._caches[compactor.session_id] is cache
+    longer = copy.deepcopy(history) + tool_turn("next", 100)
+    assert compactor.compact(longer) == history + tool_turn("next", 100)
+    assert compactor._caches[compactor.session_id] is cache
+
+
 def test_histories_are_not_modified_by_any_interface(make_compactor, history):
     before = copy.deepcopy(history)
     compactor = make_compactor(context_window=window_for(history, 0.85))
