@@ -280,6 +280,7 @@ class ProgressiveCompactor:
             work.tokens_out += earlier.tokens_out
             work.tokens_in_cached += earlier.tokens_in_cached
         cache = self._caches[sid]
+        out = cache.renewed(out)
         stable = corrected(cache.stable_prefix_tokens(out, after, messages), ratio)
         self._usage.returned(sid, after)
         before, after = corrected(before, ratio), corrected(after, ratio)

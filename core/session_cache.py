@@ -18,7 +18,9 @@ has seen (another history under the same session id, or one with a message repla
 Each message read before is compared by identity first, and by equality only where the caller
 passes another object, so a caller that keeps its messages pays a pointer comparison a message; a
 dict changed in place, though, is the same object and is not noticed: to edit a message, replace
-it.
+it. A caller that passes equal messages as new objects (a history read back from a database, a
+framework that converts its messages on every call) continues the session, and the view gives
+back its objects of this turn, never those of an earlier one (:meth:`SessionCache.renewed`).
 """
 
 from __future__ import annotations
@@ -95,9 +97,14 @@ class SessionCache:
         """How many history messages (after the system message) ``settled`` was built from."""
         self.settled_repairs = 0
         self.recent_messages: list[Message] = []
-        self.read_items: list[Any] = []
-        """The history's messages read so far after the system message (the caller's own
-        objects), to recognise the history at the next turn."""
+        self.raw_items: list[Any] = [history[0]] if self.has_system else []
+        """The history's messages read so far, the caller's objects as first read (the messages
+        the cache holds were made from them)."""
+        self.read_items: list[Any] = list(self.raw_items)
+        """The same messages as the caller passed them last, to recognise the history."""
+        self._renewed: dict[int, Any] = {}
+        """The caller's objects of the last turn, by the id of the object first read in their
+        place, where they differ."""
         self.first_request: str | None = None
         self.request_index: int | None = None
         """Where the user's request is in ``settled``: once a summary covers it, the view carries
@@ -145,20 +152,27 @@ class SessionCache:
         has_system = bool(history) and role_of(history[0]) == "system"
         if has_system != self.has_system:
             return False
-        if has_system and history[0] is not self.system.raw and history[0] != self.system_dict:  # type: ignore[union-attr]
-            return False
         seen = self.seen
         if len(history) < seen:
             return False
-        given = history[self.offset : seen]
+        given = history[:seen]
         if type(given) is not list:
             given = list(given)
-        # A list comparison takes each pair by identity first and by equality only where the
-        # objects differ: a pointer comparison a message for a caller that keeps its messages.
-        if given != self.read_items:
+        if all(map(operator.is_, given, self.read_items)):  # a pointer comparison a message
+            return True
+        if given != self.read_items:  # (a list comparison tries identity, then equality)
             return False
-        self.read_items = given  # equal objects passed again are compared by identity next time
+        self.read_items = given
+        self._renewed = {id(first): now for first, now in zip(self.raw_items, given) if first is not now}
         return True
+
+    def renewed(self, view: list[Any]) -> list[Any]:
+        """``view`` with the caller's objects of this turn in place of the equal ones it passed
+        first (the view's unchanged messages are the objects the cache read them from)."""
+        renewed = self._renewed
+        if not renewed:
+            return view
+        return [renewed.get(id(data), data) for data in view]
 
     def read(self, history: Sequence[Any]) -> None:
         """Read the messages of ``history`` that are new since the last call."""
@@ -167,6 +181,7 @@ class SessionCache:
             return
         new = history[seen:]
         self.recent_messages.extend([as_message(d, seen + i) for i, d in enumerate(new)])
+        self.raw_items.extend(new)
         self.read_items.extend(new)
         self._settle()
 

@@ -260,6 +260,60 @@ def test_items_convert_both_ways_without_loss():
     assert back[-1] == {"type": "function_call_output", "call_id": "c1", "output": "[no result]"}
 
 
+class RecordingModel(Model):
+    """Calls ``ls`` first, then answers; keeps each call's instructions and input items as given."""
+
+    def __init__(self):
+        self.calls: list[tuple[str | None, list[dict[str, Any]]]] = []
+
+    async def get_response(
+        self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+    ):
+        self.calls.append((system_instructions, [item(x) for x in input]))
+        if len(self.calls) == 1:
+            output: list[Any] = [
+                ResponseFunctionToolCall(type="function_call", call_id="c1", name="ls", arguments="{}", id="fc1")
+            ]
+        else:
+            text = ResponseOutputText(text=FINAL_ANSWER, type="output_text", annotations=[])
+            output = [ResponseOutputMessage(id="m2", type="message", role="assistant", status="completed", content=[text])]
+        return ModelResponse(
+            output=output, usage=Usage(requests=1, input_tokens=50, output_tokens=5, total_tokens=55), response_id=None
+        )
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def test_every_model_call_gets_the_items_and_instructions_as_given(make_compactor):
+    """The SDK converts its items on every call; from the second call on, an image part of the
+    user's message and the agent's instructions still reach the model as they were given."""
+
+    async def ls(ctx, args):
+        return "a.txt b.txt"
+
+    tool = FunctionTool(
+        name="ls", description="ls", params_json_schema={"type": "object", "properties": {}}, on_invoke_tool=ls
+    )
+    user = {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "What is in this picture?"},
+            {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "auto"},
+        ],
+    }
+    compactor = make_compactor(context_window=100_000)
+    model = RecordingModel()
+    agent = Agent(name="a", instructions="You are helpful.", model=model, tools=[tool])
+    run_filter = call_model_input_filter(compactor, session_id="images")
+    config = RunConfig(call_model_input_filter=run_filter, tracing_disabled=True)
+    asyncio.run(Runner.run(agent, [user], run_config=config, hooks=run_filter.hooks))
+    assert len(model.calls) == 2
+    for instructions, items in model.calls:
+        assert instructions == "You are helpful." and items[0] == user
+    assert [x.get("type") for x in model.calls[1][1][1:]] == ["function_call", "function_call_output"]
+
+
 def test_a_failing_compactor_never_breaks_the_run(make_compactor):
     store = ListStore()
     compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])

@@ -320,8 +320,10 @@ def test_equal_messages_passed_as_new_objects_continue_the_session(make_compacto
     compactor = make_compactor(context_window=window_for(history, 0.5))
     first = compactor.compact(history)
     cache = compactor._caches[compactor.session_id]
-    again = compactor.compact(tuple(copy.deepcopy(history)))
+    rebuilt = copy.deepcopy(history)
+    again = compactor.compact(tuple(rebuilt))
     assert again == first and compactor._caches[compactor.session_id] is cache
+    assert all(a is b for a, b in zip(again, rebuilt, strict=True))  # this turn's objects, not the first's
     longer = copy.deepcopy(history) + tool_turn("next", 100)
     assert compactor.compact(longer) == history + tool_turn("next", 100)
     assert compactor._caches[compactor.session_id] is cache
