@@ -163,7 +163,7 @@ class SessionCache:
         if given != self.read_items:  # (a list comparison tries identity, then equality)
             return False
         self.read_items = given
-        self._renewed = {id(first): now for first, now in zip(self.raw_items, given) if first is not now}
+        self._renewed = {id(first): now for first, now in zip(self.raw_items, given, strict=True) if first is not now}
         return True
 
     def renewed(self, view: list[Any]) -> list[Any]:
