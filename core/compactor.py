@@ -437,6 +437,9 @@ class ProgressiveCompactor:
         if cache.boundary_matches(state):
             return state, []
         cache.forget_view()
+        if cache.shorter_than(state):  # not saved: the turns that continue the state keep it
+            kept = "session state covers more messages than this history has (an earlier turn sent again?)"
+            return SessionState(version=state.version, variant=state.variant), [f"{kept}; served from the history"]
         fresh = SessionState(version=state.version + 1, variant=state.variant)  # the variant is for life
         errors: list[str] = []
         self._save_state(sid, fresh, errors)

@@ -237,7 +237,7 @@ class SessionState:
     covered: int = 0
     """How many messages after the system message the summary already covers."""
     covered_fingerprint: str | None = None
-    """Hash of the last covered message, to notice a caller that passes a different history."""
+    """Hash of the covered messages, to notice a caller that passes a different history."""
     offloaded: Mapping[str, OffloadEntry] = attrs.field(factory=dict)
     """Offload entries of the messages not yet covered, keyed by their position (as a string)."""
     dropped_handles: tuple[str, ...] = ()

@@ -25,6 +25,7 @@ back its objects of this turn, never those of an earlier one (:meth:`SessionCach
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,6 +37,8 @@ from .messages import fingerprint, message_from_dict, message_to_dict, repair_to
 from .models import Message, SessionState
 
 Estimate = Callable[[Sequence[Message]], list[int]]
+PREFIX_MARK = "p:"
+"""Starts a state's ``covered_fingerprint`` that fingerprints every covered message."""
 
 
 @attrs.frozen
@@ -67,6 +70,13 @@ def role_of(item: Any) -> Any:
     if type(item) is dict:  # as a rule: spares the Mapping check (an abstract class's is slow)
         return item.get("role")
     return item.role if isinstance(item, Message) else item.get("role") if isinstance(item, Mapping) else None
+
+
+def _chained(before: str, fingerprint: str) -> str:
+    step = hashlib.blake2b(digest_size=12)
+    step.update(before.encode())
+    step.update(fingerprint.encode())
+    return step.hexdigest()
 
 
 class SessionCache:
@@ -111,6 +121,8 @@ class SessionCache:
         it as a message of its own after the system message (:meth:`pinned_for`)."""
         self._pinned: tuple[Message, dict[str, Any], int] | None = None
         self._fingerprints: dict[int, str] = {}
+        self._chain: list[str] = []
+        """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
         """Fingerprints of settled messages, by position: an offloaded result's is looked at
         again at every new view."""
         self.verified: tuple[int, str | None] | None = None
@@ -238,9 +250,11 @@ class SessionCache:
     # --- the state's boundary and view ----------------------------------------------------------
 
     def boundary_matches(self, state: SessionState) -> bool:
-        """Whether the last message the state's summary covers is this history's message there,
-        and the first one it does not cover starts a group (is not a tool result): a view that
-        began with an orphan result would be invalid.
+        """Whether the messages the state's summary covers are this history's first ones (their
+        fingerprint, :meth:`prefix_fingerprint`), and the first one it does not cover starts a
+        group (is not a tool result): a view that began with an orphan result would be invalid.
+        A state saved before the fingerprint covered the whole prefix carries the last covered
+        message's alone, and is checked on that.
         """
         if not state.covered:
             return True
@@ -249,10 +263,30 @@ class SessionCache:
             return True
         if state.covered > len(self.settled) or self._starts_inside_a_group(state.covered):
             return False
-        if state.covered_fingerprint == self.fingerprint(state.covered - 1):
+        given = state.covered_fingerprint or ""
+        if given.startswith(PREFIX_MARK):
+            matches = given == self.prefix_fingerprint(state.covered)
+        else:
+            matches = given == self.fingerprint(state.covered - 1)
+        if matches:
             self.verified = key
-            return True
-        return False
+        return matches
+
+    def shorter_than(self, state: SessionState) -> bool:
+        """Whether this history has fewer messages than ``state``'s summary covers: an earlier
+        turn delivered again, say, whose state a later turn has already moved on."""
+        return self.seen - self.offset < state.covered
+
+    def prefix_fingerprint(self, count: int) -> str:
+        """The fingerprint of the first ``count`` settled messages, all of them: each step hashes
+        the one before with the next message's fingerprint (kept, so the prefix grows cheaply)."""
+        chain = self._chain
+        while len(chain) < min(count, len(self.settled)):
+            chain.append(_chained(chain[-1] if chain else "", self.fingerprint(len(chain))))
+        last = chain[count - 1] if count <= len(chain) else chain[-1] if chain else ""
+        for position in range(len(chain), count):  # recent messages: their repair may still change
+            last = _chained(last, self.fingerprint(position))
+        return PREFIX_MARK + last
 
     def _starts_inside_a_group(self, index: int) -> bool:
         after = self.settled[index] if index < len(self.settled) else None

@@ -318,7 +318,7 @@ class TierRunner:
             summary=redact(summary) if summary else None,
             anchors=tuple(Anchor(a.type, redact(a.content)) for a in anchors),
             covered=covered,
-            covered_fingerprint=cache.fingerprint(covered - 1),
+            covered_fingerprint=cache.prefix_fingerprint(covered),
             offloaded={k: e for k, e in previous.offloaded.items() if int(k) >= covered},
             dropped_handles=tuple(handles[-MAX_DROPPED_HANDLES:]),
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 
+import attrs
 import pytest
 
 from progressive_compactor import (
@@ -18,6 +19,7 @@ from progressive_compactor import (
     SessionState,
     hookimpl,
 )
+from progressive_compactor.messages import fingerprint, message_from_dict
 from progressive_compactor.testing import (
     RecordingSummarizer,
     build_history,
@@ -288,10 +290,25 @@ def test_a_second_process_continues_from_the_saved_state(make_compactor, history
     assert second.state().covered == first.state().covered == 15
 
 
+def test_a_state_that_fingerprints_its_last_covered_message_alone_is_still_read(make_compactor, history):
+    """States saved before the fingerprint covered every covered message carry the last one's."""
+    window = window_for(history, 0.85)
+    first = make_compactor(context_window=window, plugins={"state": "state-files"})
+    view = first.compact(history)
+    state = first.state()
+    last_covered = message_from_dict(history[state.covered])  # history[0] is the system message
+    older = attrs.evolve(state, covered_fingerprint=fingerprint(last_covered), version=state.version + 1)
+    assert first.hooks.save_state(first.session_id, older)
+    second = make_compactor(context_window=window, plugins={"state": "state-files"})
+    again, record = second.compact_with_record(history)
+    assert record.errors == () and record.tier is CompactionTier.NONE
+    assert compaction_message(again) == compaction_message(view)
+
+
 def test_a_different_history_under_the_same_session_id_starts_over(make_compactor, history):
     compactor = make_compactor(context_window=window_for(history, 0.85))
     compactor.compact_with_record(history)
-    other = build_history([100] * 3, request="An unrelated task.")
+    other = build_history([100] * 12, request="An unrelated task.")  # longer than what the state covers
     view, record = compactor.compact_with_record(other)
     assert view == other
     assert record.errors == (
@@ -327,6 +344,39 @@ def test_equal_messages_passed_as_new_objects_continue_the_session(make_compacto
     longer = copy.deepcopy(history) + tool_turn("next", 100)
     assert compactor.compact(longer) == history + tool_turn("next", 100)
     assert compactor._caches[compactor.session_id] is cache
+
+
+def test_an_earlier_turn_sent_again_leaves_the_newer_state(make_compactor, history):
+    """A queue delivers an early turn again after later ones were served: that turn is served
+    from its history, and the state the later turns saved stays for the turns after it."""
+    window = window_for(history, 0.85)
+    compactor = make_compactor(context_window=window)
+    compactor.compact(history[:6])
+    assert compactor.compact_with_record(history)[1].tier is CompactionTier.FULL
+    state = compactor.state()
+    stale, record = compactor.compact_with_record(history[:6])
+    assert stale == history[:6]
+    assert record.errors == (
+        "session state covers more messages than this history has (an earlier turn sent again?); "
+        "served from the history",
+    )
+    assert compactor.state() == state
+    untouched = make_compactor(context_window=window)
+    untouched.compact(history)
+    longer = history + tool_turn("next", 500)
+    assert compactor.compact(longer) == untouched.compact(longer)
+
+
+def test_another_history_that_ends_like_the_first_is_not_given_its_summary(make_compactor):
+    """The state is recognised by every message it covers, not by the last one alone."""
+    first = build_history([5000] * 8, request="Drop every table of the production database.")
+    compactor = make_compactor(context_window=window_for(first, 0.85))
+    compactor.compact(first)
+    assert compactor.state().covered
+    other = build_history([5000] * 8, request="Write a haiku about autumn leaves.")
+    view, record = compactor.compact_with_record(other)
+    assert "production database" not in str(view) and "autumn leaves" in str(view)
+    assert record.errors[0].startswith("session state did not match this history")
 
 
 def test_histories_are_not_modified_by_any_interface(make_compactor, history):
