@@ -276,7 +276,9 @@ class RecordingModel(Model):
             ]
         else:
             text = ResponseOutputText(text=FINAL_ANSWER, type="output_text", annotations=[])
-            output = [ResponseOutputMessage(id="m2", type="message", role="assistant", status="completed", content=[text])]
+            output = [
+                ResponseOutputMessage(id="m2", type="message", role="assistant", status="completed", content=[text])
+            ]
         return ModelResponse(
             output=output, usage=Usage(requests=1, input_tokens=50, output_tokens=5, total_tokens=55), response_id=None
         )
