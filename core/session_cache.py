@@ -37,6 +37,9 @@ from .messages import fingerprint, message_from_dict, message_to_dict, repair_to
 from .models import Message, SessionState
 
 Estimate = Callable[[Sequence[Message]], list[int]]
+SYSTEM_ROLES = ("system", "developer")
+"""A first message in one of these roles is the system message (``developer`` is its name for
+OpenAI's newer models): it stays first in every view, never summarized or truncated."""
 PREFIX_MARK = "p:"
 """Starts a state's ``covered_fingerprint`` that fingerprints every covered message."""
 
@@ -97,7 +100,7 @@ class SessionCache:
         """Masks registered secrets in the text the cache writes itself (the pinned request)."""
         self.pin_request = pin_request
         self.intent_max_chars = intent_max_chars
-        self.has_system = bool(history) and role_of(history[0]) == "system"
+        self.has_system = bool(history) and role_of(history[0]) in SYSTEM_ROLES
         self.system: Message | None = as_message(history[0], 0) if self.has_system else None
         self.system_dict = message_to_dict(self.system) if self.system is not None else None
         self.system_tokens = estimate([self.system])[0] if self.system is not None else 0
@@ -161,7 +164,7 @@ class SessionCache:
 
     def continues(self, history: Sequence[Any]) -> bool:
         """Whether ``history`` is the history this cache has read, maybe with more at its end."""
-        has_system = bool(history) and role_of(history[0]) == "system"
+        has_system = bool(history) and role_of(history[0]) in SYSTEM_ROLES
         if has_system != self.has_system:
             return False
         seen = self.seen

@@ -254,7 +254,9 @@ def fallback_bound(view: Sequence[Mapping[str, Any]], compactor: ProgressiveComp
 
     config = compactor.config
     pinned = 0  # the system message, the user's request pinned before the compaction message, that message
-    while pinned < len(view) and (view[pinned]["role"] == "system" or compaction(pinned) or compaction(pinned + 1)):
+    while pinned < len(view) and (
+        view[pinned]["role"] in ("system", "developer") or compaction(pinned) or compaction(pinned + 1)
+    ):
         pinned += 1
     start = len(view)
     while start > pinned and view[start - 1]["role"] == "tool":

@@ -379,6 +379,21 @@ def test_another_history_that_ends_like_the_first_is_not_given_its_summary(make_
     assert record.errors[0].startswith("session state did not match this history")
 
 
+@pytest.mark.parametrize(
+    "ratio, tier",
+    [(0.75, CompactionTier.SOFT), (0.85, CompactionTier.FULL), (0.97, CompactionTier.EMERGENCY)],
+    ids=["soft", "full", "emergency"],
+)
+def test_a_developer_message_first_is_kept_as_the_system_message(make_compactor, ratio, tier):
+    """``developer`` is the system role of OpenAI's newer models: first in every view, whole."""
+    history = build_history([5000] * 10, system=None)
+    history.insert(0, {"role": "developer", "content": "You are a careful coding agent. Never push."})
+    view, record = make_compactor(context_window=window_for(history, ratio)).compact_with_record(history)
+    assert record.tier is tier
+    assert view[0] is history[0] and [m["role"] for m in view].count("developer") == 1
+    assert problems(view) == []
+
+
 def test_histories_are_not_modified_by_any_interface(make_compactor, history):
     before = copy.deepcopy(history)
     compactor = make_compactor(context_window=window_for(history, 0.85))
