@@ -250,6 +250,35 @@ class TierRunner:
         work.fallback = True
         work.errors.append(EMERGENCY_CAUSE)
         self._offload(cache, work, len(work.uncovered))
+        while True:
+            result, kept, cut, dropped, state, compaction = self._truncate(cache, work, budget)
+            # A result the truncation shortened is offloaded whole (its placeholder names the
+            # handle, which no cut removes), and the truncation runs again: nothing is lost.
+            start = len(work.uncovered) - len(kept)
+            shortened = [
+                start + j
+                for j, m in enumerate(kept)
+                if cut is not None and m.role == "tool" and text_of(m) != text_of(work.uncovered[start + j])
+            ]
+            if not shortened or not self._offload(cache, work, len(work.uncovered), only=shortened, threshold=0):
+                break
+        work.fallback_view = result
+        work.preserved = len(kept)
+        if cut is not None:
+            cut = min(dropped, work.stable)  # what the message covers (the view may keep some of it)
+            work.state = state
+            work.compaction = compaction
+            work.summarized += cut
+            work.uncovered = work.uncovered[cut:]
+            work.counts = work.counts[cut:]
+            work.stable -= cut
+
+    def _truncate(
+        self, cache: SessionCache, work: TurnWork, budget: int
+    ) -> tuple[list[Message], list[Message], int | None, int, SessionState, Message | None]:
+        """The fallback's view of ``work``: the view, the part of ``work.uncovered`` it keeps
+        (where that starts, or None when it is not a suffix), how much the compaction message
+        covers, the state and the compaction message."""
         head = [cache.system] if cache.system is not None else []
         dropped = 0
         while True:  # the compaction message depends on what is dropped, and what is dropped on it
@@ -269,18 +298,8 @@ class TierRunner:
             # Settled when the message covers what the view drops; while the view drops more, the
             # next round covers that too (the cut only grows: at most one round per message).
             if cut is None or cut <= dropped:
-                break
+                return result, kept, cut, dropped, state, compaction
             dropped = cut
-        work.fallback_view = result
-        work.preserved = len(kept)
-        if cut is not None:
-            cut = min(dropped, work.stable)  # what the message covers (the view may keep some of it)
-            work.state = state
-            work.compaction = compaction
-            work.summarized += cut
-            work.uncovered = work.uncovered[cut:]
-            work.counts = work.counts[cut:]
-            work.stable -= cut
 
     def _truncated_state(self, cache: SessionCache, work: TurnWork, cut: int) -> SessionState:
         previous = work.state
@@ -323,8 +342,19 @@ class TierRunner:
             dropped_handles=tuple(handles[-MAX_DROPPED_HANDLES:]),
         )
 
-    def _offload(self, cache: SessionCache, work: TurnWork, end: int, break_factor: float | None = None) -> None:
-        """Offload the large tool results of ``work.uncovered[:end]``.
+    def _offload(
+        self,
+        cache: SessionCache,
+        work: TurnWork,
+        end: int,
+        break_factor: float | None = None,
+        *,
+        only: Sequence[int] | None = None,
+        threshold: int | None = None,
+    ) -> bool:
+        """Offload the large tool results of ``work.uncovered[:end]`` (``only`` those positions,
+        larger than ``threshold`` characters if given, else ``offload_threshold``); True when
+        one was.
 
         With ``break_factor`` (an offload that no summary follows, as at Warn), a result is
         offloaded only when what it saves is worth the prompt-cache break: when the tokens after
@@ -333,13 +363,14 @@ class TierRunner:
         after it and saves a tenth of its size per call (cached tokens are cheap): it waits for
         the summary, which breaks the cache anyway.
         """
-        threshold = self.config.offload_threshold
+        if threshold is None:
+            threshold = self.config.offload_threshold
         offloaded = dict(work.state.offloaded)
         start = work.state.covered
         changed = False
         counts = work.counts
         tails: list[int] | None = None  # tails[k]: the tokens of counts[k:], summed once a result is weighed
-        for i in range(min(end, len(work.uncovered))):
+        for i in range(min(end, len(work.uncovered))) if only is None else only:
             m = work.uncovered[i]
             if m.role != "tool" or not m.tool_call_id or str(start + i) in offloaded:
                 continue
@@ -367,6 +398,7 @@ class TierRunner:
             changed = True
         if changed:
             work.state = attrs.evolve(work.state, offloaded=offloaded)
+        return changed
 
     # --- pieces -------------------------------------------------------------------------------
 

@@ -189,6 +189,21 @@ def test_no_summarizer_at_all_falls_back(make_compactor):
     assert record.fallback
 
 
+@pytest.mark.parametrize("config", ["classic", "default"])
+def test_a_result_the_truncation_shortens_is_offloaded_whole_first(make_compactor, config):
+    """A result under the offload threshold that the truncation must still shorten is offloaded
+    whole: the view names its handle, and the whole text reads back."""
+    history = build_history([3900])  # under the 4,000 characters of offload_threshold
+    compactor = make_compactor(config, context_window=1000)
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY
+    (result,) = [m for m in view if m["role"] == "tool"]
+    (entry,) = record.offloaded
+    assert result["content"] != history[-1]["content"] and entry.handle in result["content"]
+    assert compactor.read_tool_result(entry.handle) == history[-1]["content"]
+    assert problems(view) == [] and estimate(view) <= 1000
+
+
 def test_after_a_fallback_the_users_request_is_still_in_the_view(make_compactor):
     history = build_history([3000] * 30)
     compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("b", failing_summarizer())])
