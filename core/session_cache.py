@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 
 from .facts import first_user_request, request_index
-from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content
+from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content, text_of
 from .models import Message, SessionState
 
 Estimate = Callable[[Sequence[Message]], list[int]]
@@ -304,9 +304,23 @@ class SessionCache:
         if not (self.pin_request and covers and self.first_request):
             return None
         if self._pinned is None:
-            message = Message(role="user", content=self.redact(self.first_request))
+            message = Message(role="user", content=self._request_content(self.first_request))
             self._pinned = (message, message_to_dict(message), self.estimate([message])[0])
         return self._pinned[0]
+
+    def _request_content(self, request: str) -> Any:
+        """The pinned request's content: the message's own parts (an image stays an image) when
+        its text is kept whole, else the bounded text; registered secrets masked."""
+        original = self.settled[self.request_index] if self.request_index is not None else None
+        parts = original.content if original is not None else None
+        if not isinstance(parts, tuple) or text_of(original).strip() != request:  # type: ignore[arg-type]
+            return self.redact(request)
+        return tuple(
+            {**part, "text": self.redact(part["text"])}
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+            else part
+            for part in parts
+        )
 
     def request_for(self, state: SessionState) -> str | None:
         """The request's text when ``state`` pins it, for the compaction message to leave out."""

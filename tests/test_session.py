@@ -394,6 +394,18 @@ def test_a_developer_message_first_is_kept_as_the_system_message(make_compactor,
     assert problems(view) == []
 
 
+def test_a_request_with_an_image_is_pinned_with_its_image(make_compactor):
+    parts = [
+        {"type": "text", "text": "Make the page look like this mockup."},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    ]
+    history = build_history([5000] * 10)
+    history[1] = {"role": "user", "content": parts}
+    view, record = make_compactor("default", context_window=window_for(history, 0.85)).compact_with_record(history)
+    assert record.tier is CompactionTier.FULL
+    assert view[1] == {"role": "user", "content": parts}
+
+
 def test_histories_are_not_modified_by_any_interface(make_compactor, history):
     before = copy.deepcopy(history)
     compactor = make_compactor(context_window=window_for(history, 0.85))
