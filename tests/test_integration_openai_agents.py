@@ -382,6 +382,41 @@ def test_usage_anchors_the_session(make_compactor):
     assert json.dumps([r.session_id for r in records]) == json.dumps(["u", "u"])
 
 
+def test_concurrent_runs_of_two_sessions_anchor_each_its_own(make_compactor):
+    """One filter serving two sessions in runs that overlap: each provider's count anchors its
+    own session (the second run's answer comes first)."""
+
+    class Delayed(ReplayModel):
+        def __init__(self, usage_factor: float, delay: float):
+            super().__init__(None, usage_factor)
+            self.delay = delay
+
+        async def get_response(self, *args, **kwargs):
+            await asyncio.sleep(self.delay)
+            return await super().get_response(*args, **kwargs)
+
+    records = []
+    compactor = make_compactor(context_window=100_000)
+    compaction = call_model_input_filter(compactor, session_id=lambda data: data.context, on_record=records.append)
+    config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+
+    async def both():
+        slow = Agent(name="a", instructions="x", model=Delayed(usage_factor=3.0, delay=0.2))
+        fast = Agent(name="b", instructions="x", model=Delayed(usage_factor=1.0, delay=0.0))
+        first = asyncio.create_task(
+            Runner.run(slow, "hello " * 200, context="A", run_config=config, hooks=compaction.hooks)
+        )
+        await asyncio.sleep(0.05)
+        await Runner.run(fast, "hello " * 200, context="B", run_config=config, hooks=compaction.hooks)
+        await first
+
+    asyncio.run(both())
+    assert sorted(r.session_id for r in records) == ["A", "B"]
+    later = {sid: compactor.compact_with_record([{"role": "user", "content": "x"}], sid)[1] for sid in "AB"}
+    assert later["A"].token_correction == pytest.approx(3.0, abs=0.05)
+    assert later["B"].token_correction == pytest.approx(1.0, abs=0.05)
+
+
 def test_the_example_runs_offline():
     run_example_offline("openai_agents_agent.py")
 

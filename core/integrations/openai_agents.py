@@ -35,6 +35,7 @@ compactor's default session.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -242,6 +243,11 @@ def problems(items: Sequence[Any]) -> list[str]:
 # --- the filter -------------------------------------------------------------------------------
 
 
+_LAST: contextvars.ContextVar[Outcome | None] = contextvars.ContextVar("progressive_compactor_last", default=None)
+"""The outcome of the run's last model call: each ``Runner.run`` is its own asyncio task, so runs
+of several sessions through one filter never see each other's."""
+
+
 class _UsageHooks(RunHooks):
     def __init__(self, owner: CompactionFilter):
         self.owner = owner
@@ -264,22 +270,22 @@ class CompactionFilter(Adapter):
     ):
         super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
         self.hooks = _UsageHooks(self)
-        self.last: Outcome | None = None
 
     def session_of(self, data: CallModelData[Any]) -> str:
         return self.chosen_session(data) or self.compactor.session_id
 
     def observe(self, input_tokens: int | None) -> None:
-        """The provider's input tokens for the last input this filter returned."""
-        if self.last is not None:
-            self.compaction.observe(self.last, input_tokens)
+        """The provider's input tokens for the last input this filter returned in this run."""
+        last = _LAST.get()
+        if last is not None:
+            self.compaction.observe(last, input_tokens)
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         model_data = data.model_data
         history = to_dicts(model_data.input, model_data.instructions)
         sid = self.session_of(data)
         outcome = await self.compaction.acompact(history, sid)
-        self.last = outcome
+        _LAST.set(outcome)
         self._trace(outcome)
         if outcome.failed:
             return model_data
@@ -287,7 +293,7 @@ class CompactionFilter(Adapter):
         found = problems(items)
         if found:  # never send a call without its output
             log.warning("session %s: the compacted input is invalid (%s); sending the uncompacted input", sid, found[0])
-            self.last = None
+            _LAST.set(None)
             return model_data
         return ModelInputData(input=items, instructions=model_data.instructions if kept else None)
 
