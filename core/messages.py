@@ -55,13 +55,16 @@ def message_from_dict(data: Mapping[str, Any], index: int | None = None) -> Mess
     tool_call_id = data.get("tool_call_id")
     if role == "tool" and not isinstance(tool_call_id, str):
         raise InvalidMessagesError(f"message {index}: a tool message needs a tool_call_id", index, data)
+    name = data.get("name")
+    if name is not None and type(name) is not str:
+        raise InvalidMessagesError(f"message {index}: name must be a string, got {type(name).__name__}", index, data)
     extra = {} if data.keys() <= _KNOWN_KEYS else {k: v for k, v in data.items() if k not in _KNOWN_KEYS}
     return Message(
         role=role,
         content=content,
         tool_calls=tool_calls,
         tool_call_id=tool_call_id,
-        name=data.get("name"),
+        name=name,
         extra=extra,
         raw=data,
     )
@@ -332,7 +335,7 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, lis
         else:
             role = "assistant" if m.role == "assistant" else "user"
             text = text_of(m)
-            if text:
+            if text.strip():  # the Messages API refuses a text block of white space alone
                 blocks.append({"type": "text", "text": text})
             for call in m.tool_calls:
                 try:

@@ -111,8 +111,9 @@ def test_non_string_arguments_are_written_as_json():
         ({"role": "tool", "content": "x"}, "needs a tool_call_id"),
         ({"role": "assistant", "tool_calls": {"id": "c"}}, "tool_calls must be a list"),
         ({"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}, "needs an 'id'"),
+        ({"role": "user", "content": "hi", "name": 7}, "name must be a string, got int"),
     ],
-    ids=["not-a-dict", "bad-role", "bad-content", "tool-without-id", "calls-not-list", "call-without-id"],
+    ids=["not-a-dict", "bad-role", "bad-content", "tool-without-id", "calls-not-list", "call-without-id", "bad-name"],
 )
 def test_invalid_messages_name_the_index_and_the_problem(data, match):
     with pytest.raises(InvalidMessagesError, match=match) as info:
@@ -299,6 +300,19 @@ ROUND_TRIP = [
     {"role": "user", "content": "thanks"},
     {"role": "assistant", "content": "Done."},
 ]
+
+
+def test_anthropic_gets_no_text_block_of_white_space_alone():
+    """Claude Code writes "\n\n" before its tool calls; the Messages API refuses such a block."""
+    history = [
+        {"role": "user", "content": "list"},
+        {"role": "assistant", "content": "\n\n", "tool_calls": [call("t1", "bash", '{"command": "ls"}')]},
+        {"role": "tool", "tool_call_id": "t1", "content": "a.py"},
+        {"role": "assistant", "content": "  "},
+        {"role": "user", "content": "thanks"},
+    ]
+    _, messages = to_anthropic(history)
+    assert [[b["type"] for b in m["content"]] for m in messages] == [["text"], ["tool_use"], ["tool_result", "text"]]
 
 
 def test_anthropic_round_trip():
