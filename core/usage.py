@@ -27,6 +27,7 @@ seen a report for a session uses ratio 1 until it gets one.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 
@@ -97,7 +98,9 @@ class CorrectedHooks(Hooks):
         self.ratio = ratio
 
     def estimate_tokens(self, messages: Sequence[Message]) -> list[int]:
-        return [round(n * self.ratio) for n in super().estimate_tokens(messages)]
+        # Rounded up: the counts of a view's messages then never sum to less than its corrected
+        # total (:func:`corrected`), so a view fitted message by message fits by the total too.
+        return [math.ceil(n * self.ratio) for n in super().estimate_tokens(messages)]
 
 
 __all__ = ["MAX_RATIO", "MIN_RATIO", "CorrectedHooks", "UsageAnchor", "UsageAnchors", "corrected"]

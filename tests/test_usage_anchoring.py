@@ -9,13 +9,19 @@ the estimate's share, which is the wrong turn.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from progressive_compactor import CompactionTier
+from progressive_compactor import CompactionTier, ProgressiveCompactor
+from progressive_compactor.models import Message
+from progressive_compactor.plugin_manager import Hooks
 from progressive_compactor.testing import build_history, estimate, filler, problems, tool_call
+from progressive_compactor.usage import CorrectedHooks, corrected
 
 THRESHOLDS = (
     (0.95, CompactionTier.EMERGENCY),
@@ -204,3 +210,18 @@ def test_corpus_sessions_fire_at_the_true_share(corpus_dir: Path, make_compactor
     assert max(provider(v, factor) for _, _, v, _ in anchored[1:]) <= window
     # the same replay unanchored decides on the estimate: some turn at another tier than the true one
     assert any(requested(r) is not tier_at(true, window) for r, true, *_ in plain)
+
+
+@functools.cache
+def _hooks(tmp: str) -> Hooks:
+    return ProgressiveCompactor("default", data_dir=tmp).hooks
+
+
+@given(sizes=st.lists(st.integers(0, 5000), max_size=30), ratio=st.floats(0.25, 4.0))
+def test_corrected_counts_of_the_messages_never_sum_below_the_corrected_total(tmp_path_factory, sizes, ratio):
+    """The truncation fits a view message by message on corrected counts, the record and the next
+    turn judge it by its corrected total: fitted one way, it fits the other."""
+    hooks = _hooks(str(tmp_path_factory.getbasetemp()))
+    messages = [Message(role="user", content="x" * n) for n in sizes]
+    per_message = CorrectedHooks(hooks, ratio).estimate_tokens(messages)
+    assert sum(per_message) >= corrected(sum(hooks.estimate_tokens(messages)), ratio)
