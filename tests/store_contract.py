@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from click.testing import CliRunner
 
 from progressive_compactor import CompactionTier, ProgressiveCompactor
 from progressive_compactor.cli.app import cli
-from progressive_compactor.errors import StorageError
+from progressive_compactor.errors import ConfigError, StorageError
 from progressive_compactor.models import Message, SessionState
 from progressive_compactor.testing import build_history, problems, window_for
 
@@ -278,6 +279,44 @@ def check_a_server_down_fails_open(backend: Backend, server: Any, caplog: pytest
     assert [e for e in record.errors if "failed" in e and "emergency" not in e] == []
     assert worker.state("s").version == saved.version + 1
     assert record.id in [r.id for r in worker.records("s")]
+
+
+def check_a_malformed_connection_string_is_a_config_error(
+    kind: str, value: str, reason: str, password: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    """A connection string the driver cannot read, in a block or in the environment: refused by
+    ``compactor config check`` and by the constructor, without connecting, with the setting's
+    path (or the variable), the reason and the fix; the password shows nowhere."""
+    setting = "dsn" if kind == "postgres" else "url"
+    fix = "write it as postgresql://user:password@host:5432/dbname" if kind == "postgres" else "write it as redis://"
+    caplog.set_level(logging.DEBUG)
+    backend = Backend(kind, {setting: value, "timeout": 1}, tmp_path)
+    plugins = [f"state-{kind}", f"store-{kind}", f"offload-{kind}"]
+
+    checked = runner().invoke(cli, ["config", "check", str(backend.config_file())])
+    assert checked.exit_code == 1
+    lines = checked.stdout.splitlines()
+    assert [line.rsplit(" @ ", 1)[1] for line in lines] == sorted(f"$.config.{p}.{setting}" for p in plugins)
+    assert all(reason in line and fix in line for line in lines), lines
+
+    with pytest.raises(ConfigError) as raised:
+        ProgressiveCompactor(str(backend.config_file()))
+    assert sorted(p.rsplit(" @ ", 1)[1] for p in raised.value.problems) == sorted(
+        f"$.config.{p}.{setting}" for p in plugins
+    )
+    texts = [checked.output, "".join(traceback.format_exception(raised.value))]
+
+    monkeypatch.setenv("FLEET_CONNECTION", value)
+    with pytest.raises(ConfigError) as raised:
+        ProgressiveCompactor(
+            "classic", plugins={"state": plugins[0]}, config={plugins[0]: {f"{setting}_env": "FLEET_CONNECTION"}}
+        )
+    (problem,) = raised.value.problems
+    assert problem.startswith("the environment variable FLEET_CONNECTION is not a ")
+    assert problem.endswith(f" @ $.config.{plugins[0]}.{setting}_env") and reason in problem and fix in problem
+    texts.append("".join(traceback.format_exception(raised.value)))
+    texts += [caplog.text, *(r.getMessage() for r in caplog.records)]
+    assert not [t for t in texts if password in t], "the password was shown"
 
 
 def sha(text: str) -> str:

@@ -24,6 +24,7 @@ from store_contract import (
     Backend,
     StoreContract,
     alone,
+    check_a_malformed_connection_string_is_a_config_error,
     check_a_server_down_fails_open,
     check_restarts_go_unnoticed,
     connect_all,
@@ -138,6 +139,43 @@ def test_a_wrong_password_fails_open_and_is_never_written(postgres_server, uniqu
     assert any("loading session state failed" in e and "password authentication failed" in e for e in record.errors)
     text = "\n".join(record.errors) + caplog.text
     assert "not-the-password-4c1d" not in text and ":***@127.0.0.1" in text
+
+
+WRONG = "S3cret-Passw0rd-91ab"
+"""The password of the malformed connection strings below: it must show nowhere."""
+
+
+@pytest.mark.parametrize(
+    ("dsn", "reason"),
+    [
+        (
+            f"postgresql+psycopg://agents:{WRONG}@db:5432/agents",
+            "'postgresql+psycopg:'; libpq reads only postgresql://",
+        ),
+        ("http://db.internal:5432/agents", "starts with 'http:'; libpq reads only postgresql:// and postgres://"),
+        (f"postgresql//agents:{WRONG}@db:5432/agents", 'missing "=" after "postgresql//agents:***@db:5432/agents"'),
+        (f"postgresql://agents:{WRONG}@db:99999/agents", "port '99999' is not a number from 1 to 65535"),
+        (f"host=db port=5432,70000 password={WRONG}", "port '70000' is not a number from 1 to 65535"),
+        (f"host=db dbname=agents pasword={WRONG}", 'invalid connection option "pasword"'),
+    ],
+)
+def test_a_dsn_libpq_cannot_read_is_a_config_error_naming_the_setting(dsn, reason, tmp_path, monkeypatch, caplog):
+    check_a_malformed_connection_string_is_a_config_error("postgres", dsn, reason, WRONG, tmp_path, monkeypatch, caplog)
+
+
+def test_a_sqlalchemy_url_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        ProgressiveCompactor(
+            "classic",
+            plugins={"state": "state-postgres"},
+            config={"state-postgres": {"dsn": f"postgresql+psycopg://agents:{WRONG}@db:5432/agents"}},
+        )
+    assert raised.value.problems == [
+        "dsn is not a libpq connection string: 'postgresql+psycopg://agents:***@db:5432/agents' starts with"
+        " 'postgresql+psycopg:'; libpq reads only postgresql:// and postgres:// (an SQLAlchemy URL: drop its"
+        " +driver); write it as postgresql://user:password@host:5432/dbname, or host=... port=5432 dbname=..."
+        " user=... @ $.config.state-postgres.dsn"
+    ]
 
 
 def test_a_restart_between_turns_goes_unnoticed(backend, postgres_server, tmp_path):

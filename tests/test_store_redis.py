@@ -24,6 +24,7 @@ from store_contract import (
     Backend,
     StoreContract,
     alone,
+    check_a_malformed_connection_string_is_a_config_error,
     check_a_server_down_fails_open,
     check_restarts_go_unnoticed,
     connect_all,
@@ -105,6 +106,34 @@ def test_a_wrong_password_fails_open_and_is_never_written(redis_server, unique_n
     assert any("loading session state failed" in e and "AuthenticationError" in e for e in record.errors), record.errors
     text = "\n".join(record.errors) + caplog.text
     assert "not-the-password-4c1d" not in text and ":***@127.0.0.1" in text
+
+
+WRONG = "S3cret-Passw0rd-91ab"
+"""The password of the malformed URLs below: it must show nowhere."""
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis//127.0.0.1:6379/0", "must specify one of the following schemes (redis://, rediss://, unix://)"),
+        (f"redis//:{WRONG}@cache:6379/0", "schemes (redis://, rediss://, unix://) in 'redis//:***@cache:6379/0'"),
+        (f"http://:{WRONG}@cache:6379/0", "must specify one of the following schemes"),
+        (f"redis://:{WRONG}@cache:99999/0", "Port out of range 0-65535 in 'redis://:***@cache:99999/0'"),
+        (f"redis://:{WRONG}@cache:6379x/0", "Port could not be cast to integer value as '6379x'"),
+    ],
+)
+def test_a_url_redis_cannot_read_is_a_config_error_naming_the_setting(url, reason, tmp_path, monkeypatch, caplog):
+    check_a_malformed_connection_string_is_a_config_error("redis", url, reason, WRONG, tmp_path, monkeypatch, caplog)
+
+
+def test_a_url_without_its_scheme_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        ProgressiveCompactor("classic", plugins={"state": "state-redis"}, config={"state-redis": {"url": "cache:6379"}})
+    assert raised.value.problems == [
+        "url is not a Redis URL: Redis URL must specify one of the following schemes (redis://, rediss://, unix://)"
+        " in 'cache:6379'; write it as redis://[[user]:password@]host:6379/0, rediss://... for TLS, or"
+        " unix:///path/to/redis.sock @ $.config.state-redis.url"
+    ]
 
 
 def test_a_restart_between_turns_goes_unnoticed(backend, redis_server, tmp_path):

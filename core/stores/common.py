@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
-from typing import NoReturn
+from typing import Any, Callable, NoReturn
 
+from ..converters import SettingError
 from ..errors import ConfigError, StorageError
-from ..redaction import SecretRegistry, connection_passwords, mask_passwords
+from ..redaction import PASSWORD_MASK, SecretRegistry, connection_passwords, mask_passwords
 
 INHERITED: list[object] = []
 """Connections and pools a forked process inherited from its parent: kept referenced, never used
@@ -51,26 +53,64 @@ def new_stamp() -> str:
     return secrets.token_hex(8)
 
 
+Parse = Callable[[str], str | None]
+"""A backend's reading of a connection string, without connecting: the password it holds (None:
+none), or :class:`ValueError` saying what is wrong and how to write it (its password masked)."""
+
+
+def shown(text: str) -> str:
+    """``text`` as a message may show it: the password of every connection string in it masked,
+    even of one that no driver can parse (``redis//:secret@host``, ``postgresql:/user:secret@db``)."""
+    text = mask_passwords(text)
+    for word in text.split():
+        userinfo = word.strip("\"'").rpartition("@")[0]  # what comes before the host
+        if "//" in userinfo:
+            userinfo = userinfo.partition("//")[2]
+        _, colon, password = userinfo.partition(":")  # all after the user's name: more, never less
+        if colon and password and password != PASSWORD_MASK:
+            text = text.replace(f":{password}@", f":{PASSWORD_MASK}@")
+    return text
+
+
 def connection_string(
-    value: str | None, env: str, what: str, plugin: str, setting: str, registry: SecretRegistry
+    value: str | None, env: str, what: str, plugin: str, setting: str, registry: SecretRegistry, parse: Parse
 ) -> str:
-    """The connection string of a plugin's block, else the environment variable ``env`` names;
-    its password is registered with ``registry`` (masked wherever text is written)."""
+    """The connection string of a plugin's block, else the environment variable ``env`` names,
+    checked by ``parse`` (a malformed one is a :class:`ConfigError` naming the setting or the
+    variable it came from); its password is registered with ``registry`` (masked wherever text
+    is written)."""
     found = value or (os.environ.get(env) if env else None)
     if not found:
         where = f"the environment variable {env}" if env else f"{setting}_env"
         raise ConfigError(
             [f"no {what} connection string: set {setting} in the block of {plugin}, or {where} @ $.config.{plugin}"]
         )
-    for password in connection_passwords(found):
-        registry.add(password)
+    try:
+        password = parse(found)
+    except ValueError as exc:
+        source, path = (setting, setting) if value else (f"the environment variable {env}", f"{setting}_env")
+        raise ConfigError([f"{source} {exc} @ $.config.{plugin}.{path}"]) from None
+    for secret in [*connection_passwords(found), password]:
+        registry.add(secret)
     return found
+
+
+def connection_check(parse: Parse, module: str) -> Callable[[Any, Any, Any], None]:
+    """An attrs validator: a connection string, when one is set, that ``parse`` accepts (checked
+    when the driver ``module`` is installed; without it the plugin refuses to start anyway)."""
+
+    def validate(instance: Any, attribute: Any, value: str | None) -> None:
+        if value and importlib.util.find_spec(module) is not None:
+            try:
+                parse(value)
+            except ValueError as exc:
+                raise SettingError(f"{attribute.name} {exc}", attribute.name) from None
+
+    return validate
 
 
 def require_module(module: str, extra: str, plugin: str) -> None:
     """Refuse to start a plugin whose driver is not installed, naming the extra to install."""
-    import importlib.util
-
     if importlib.util.find_spec(module) is None:
         raise ConfigError(
             [f"plugin {plugin!r} needs {module}: pip install 'progressive-compactor[{extra}]' @ $.plugins"]

@@ -39,7 +39,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
-from .common import INHERITED, connection_string, fail, require_module, storable_id
+from .common import INHERITED, connection_check, connection_string, fail, require_module, shown, storable_id
 
 if TYPE_CHECKING:
     from ..plugin_manager import PluginContext
@@ -70,15 +70,45 @@ _UNREACHABLE: dict[str, tuple[float, str]] = {}
 """Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
 TABLES = {"state": "compactor_state", "records": "compactor_records", "offloads": "compactor_offloads"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+DSN_SHAPE = "postgresql://user:password@host:5432/dbname, or host=... port=5432 dbname=... user=..."
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password of a libpq connection string, read as libpq reads it, without connecting.
+    Raises :class:`ValueError` (the password masked) for one that libpq cannot use: another
+    URL scheme (an SQLAlchemy ``postgresql+psycopg://``, ``http://``), text that is neither a
+    URL nor ``key=value`` pairs, an unknown option, a port that is not 1 to 65535."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    scheme = _URL_SCHEME.match(dsn.strip())
+    if scheme and scheme.group(0) not in ("postgresql:", "postgres:"):
+        why = f"{shown(dsn)!r} starts with {scheme.group(0)!r}; libpq reads only postgresql:// and postgres://"
+        if scheme.group(0).startswith(("postgresql+", "postgres+")):
+            why += " (an SQLAlchemy URL: drop its +driver)"
+        raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}")
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        why = " ".join(shown(str(exc)).split())
+        raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}") from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            why = f"port {port!r} is not a number from 1 to 65535 in {shown(dsn)!r}"
+            raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}")
+    password = params.get("password")
+    return str(password) if password else None
 
 
 @attrs.frozen
 class PostgresSettings:
     """The server, the namespace, the pool and the time any one operation may take."""
 
-    dsn: str | None = None
-    """A libpq connection string (``postgresql://user:password@host:5432/db`` or ``host=...``);
-    default: the environment variable ``dsn_env`` names. Its password is masked everywhere."""
+    dsn: str | None = attrs.field(default=None, validator=connection_check(dsn_password, "psycopg"))
+    """A libpq connection string (``postgresql://user:password@host:5432/db`` or ``host=...``),
+    checked without connecting; default: the environment variable ``dsn_env`` names (checked when
+    the plugin starts). Its password is masked everywhere."""
     dsn_env: str = "COMPACTOR_POSTGRES_DSN"
     schema: str = attrs.field(
         default="public",
@@ -104,7 +134,9 @@ class PostgresDatabase:
 
     def __init__(self, settings: PostgresSettings, context: PluginContext, plugin: str):
         require_module("psycopg", "postgres", plugin)
-        self.dsn = connection_string(settings.dsn, settings.dsn_env, "PostgreSQL", plugin, "dsn", context.secrets)
+        self.dsn = connection_string(
+            settings.dsn, settings.dsn_env, "PostgreSQL", plugin, "dsn", context.secrets, dsn_password
+        )
         self.settings = settings
         self.secrets = context.secrets
         self.plugin = plugin

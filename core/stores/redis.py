@@ -36,7 +36,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
-from .common import INHERITED, connection_string, fail, require_module
+from .common import INHERITED, connection_check, connection_string, fail, require_module, shown
 
 if TYPE_CHECKING:
     from ..plugin_manager import PluginContext
@@ -48,6 +48,24 @@ UNREACHABLE_PAUSE = 3.0
 _UNREACHABLE: dict[str, tuple[float, str]] = {}
 """Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
 KEYS = {"state": "state:", "records": "records:", "offloads": "offloads:"}
+URL_SHAPE = "redis://[[user]:password@]host:6379/0, rediss://... for TLS, or unix:///path/to/redis.sock"
+
+
+def url_password(url: str) -> str | None:
+    """The password of a Redis URL, read as redis-py reads it, without connecting. Raises
+    :class:`ValueError` (the password masked) for one that redis-py cannot use: no
+    ``redis://``, ``rediss://`` or ``unix://`` scheme, a port that is not a number up to 65535,
+    an option it cannot read."""
+    from redis.connection import parse_url
+
+    try:
+        params = parse_url(url)
+    except ValueError as exc:
+        why = " ".join(f"{shown(str(exc))} in {shown(url)!r}".split())
+        raise ValueError(f"is not a Redis URL: {why}; write it as {URL_SHAPE}") from None
+    password = params.get("password")
+    return str(password) if password else None
+
 
 LOAD_STATE = """
 local r = redis.call('HMGET', KEYS[1], 'v', 's')
@@ -99,9 +117,10 @@ return 0
 class RedisSettings:
     """The server, the key prefix, how long a session's keys live, and the time an operation may take."""
 
-    url: str | None = None
-    """``redis://[:password@]host:6379/0`` (``rediss://`` for TLS); default: the environment
-    variable ``url_env`` names. Its password is masked everywhere."""
+    url: str | None = attrs.field(default=None, validator=connection_check(url_password, "redis"))
+    """``redis://[:password@]host:6379/0`` (``rediss://`` for TLS), checked without connecting;
+    default: the environment variable ``url_env`` names (checked when the plugin starts). Its
+    password is masked everywhere."""
     url_env: str = "COMPACTOR_REDIS_URL"
     prefix: str = "compactor:"
     """Put before every key, so that several applications (or test runs) share one server."""
@@ -120,7 +139,9 @@ class RedisDatabase:
 
     def __init__(self, settings: RedisSettings, context: PluginContext, plugin: str):
         require_module("redis", "redis", plugin)
-        self.url = connection_string(settings.url, settings.url_env, "Redis", plugin, "url", context.secrets)
+        self.url = connection_string(
+            settings.url, settings.url_env, "Redis", plugin, "url", context.secrets, url_password
+        )
         self.settings = settings
         self.secrets = context.secrets
         self.safe_url = mask_passwords(self.url)
