@@ -178,6 +178,34 @@ def test_a_sqlalchemy_url_is_refused_with_the_fix(tmp_path):
     ]
 
 
+def test_what_psycopg_logs_never_holds_the_password(postgres_server, unique_name, tmp_path, caplog, monkeypatch):
+    """Should a connection string that libpq cannot read reach the pool after all, the pool's
+    warnings (which repeat it whole) are masked, as is anything psycopg logs while a pool is open."""
+    monkeypatch.setattr(pg_backend, "_UNREACHABLE", {})  # the server is not marked down for the next tests
+    loggers = [logging.getLogger("psycopg.pool"), logging.getLogger("psycopg")]
+    before = [list(logger.filters) for logger in loggers]  # pools other tests left open keep their filter
+    backend = Backend("postgres", {"dsn": postgres_server.dsn, "schema": unique_name, "timeout": 1}, tmp_path)
+    compactor = backend.compactor()
+    try:
+        database = compactor.pm.get_plugin("state-postgres").db
+        database.dsn = postgres_server.dsn.replace("postgresql://", "postgresql+psycopg://")  # never checked
+        with caplog.at_level(logging.DEBUG):
+            view, record = compactor.compact_with_record(warn_history(), "s")
+            logging.getLogger("psycopg.pool").warning("conninfo: password=%s", postgres_server.password)
+            logging.getLogger("psycopg").warning("raw: %s", postgres_server.password)
+            logging.getLogger("psycopg").warning("failed", exc_info=ValueError(f"no: {postgres_server.dsn}"))
+        assert any("loading session state failed" in e for e in record.errors), record.errors
+        assert (
+            "error connecting in 'state-postgres'" in caplog.text
+            and "postgresql+psycopg://compactor:***@" in caplog.text
+        )
+        text = caplog.text + "\n".join(r.getMessage() for r in caplog.records) + "\n".join(record.errors)
+        assert postgres_server.password not in text
+    finally:
+        backend.close()
+    assert [list(logger.filters) for logger in loggers] == before  # as it was once its pools are closed
+
+
 def test_a_restart_between_turns_goes_unnoticed(backend, postgres_server, tmp_path):
     check_restarts_go_unnoticed(backend, postgres_server, tmp_path)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import secrets
+import threading
 from typing import Any, Callable, NoReturn
 
 from ..converters import SettingError
@@ -107,6 +109,58 @@ def connection_check(parse: Parse, module: str) -> Callable[[Any, Any, Any], Non
                 raise SettingError(f"{attribute.name} {exc}", attribute.name) from None
 
     return validate
+
+
+class MaskedLogs(logging.Filter):
+    """Masks connection-string passwords, and the secrets of every registry attached, in the
+    records of a driver's loggers (a driver's message may repeat a connection string whole). On
+    the loggers while at least one registry is attached."""
+
+    def __init__(self, *loggers: str):
+        super().__init__()
+        self.loggers = loggers
+        self._registries: list[SecretRegistry] = []
+        self._lock = threading.Lock()
+
+    def attach(self, registry: SecretRegistry) -> None:
+        """Mask ``registry``'s secrets until :meth:`detach` is called as often as this."""
+        with self._lock:
+            if not self._registries:
+                for name in self.loggers:
+                    logging.getLogger(name).addFilter(self)
+            self._registries.append(registry)
+
+    def detach(self, registry: SecretRegistry) -> None:
+        with self._lock:
+            for index, attached in enumerate(self._registries):  # once: plugins may share a registry
+                if attached is registry:
+                    del self._registries[index]
+                    break
+            if not self._registries:
+                for name in self.loggers:
+                    logging.getLogger(name).removeFilter(self)
+
+    def masked(self, text: str) -> str:
+        text = shown(text)
+        for registry in list(self._registries):
+            text = registry.redact(text)
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - arguments that do not fit the format: logged as they are
+            message = f"{record.msg} {record.args}"
+        masked = self.masked(message)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        if record.exc_info:
+            text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+            if self.masked(text) != text:  # the traceback's text, masked, stands for the exception
+                record.exc_text, record.exc_info = self.masked(text), None
+        if record.stack_info:
+            record.stack_info = self.masked(record.stack_info)
+        return True
 
 
 def require_module(module: str, extra: str, plugin: str) -> None:

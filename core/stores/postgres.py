@@ -39,7 +39,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
-from .common import INHERITED, connection_check, connection_string, fail, require_module, shown, storable_id
+from .common import INHERITED, MaskedLogs, connection_check, connection_string, fail, require_module, shown, storable_id
 
 if TYPE_CHECKING:
     from ..plugin_manager import PluginContext
@@ -72,6 +72,8 @@ TABLES = {"state": "compactor_state", "records": "compactor_records", "offloads"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 DSN_SHAPE = "postgresql://user:password@host:5432/dbname, or host=... port=5432 dbname=... user=..."
+DRIVER_LOGS = MaskedLogs("psycopg", "psycopg.pool")
+"""On psycopg's loggers while a pool is open: what the pool logs never holds a password."""
 
 
 def dsn_password(dsn: str) -> str | None:
@@ -146,6 +148,7 @@ class PostgresDatabase:
         self._pool: Any = None
         self._pid = 0
         self._migrated = False
+        self._masking = False
         self._lock = threading.Lock()
 
     def where(self, kind: str) -> str:
@@ -164,6 +167,9 @@ class PostgresDatabase:
                 timeout = self.settings.timeout
                 if self._pool is not None:  # inherited through fork: never used, nor closed, here
                     INHERITED.append(self._pool)
+                if not self._masking:  # before the pool exists: its first attempt may log
+                    DRIVER_LOGS.attach(self.secrets)
+                    self._masking = True
                 self._pool = None
                 pool = ConnectionPool(
                     self.dsn,
@@ -302,6 +308,9 @@ class PostgresDatabase:
             pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():
             pool.close()
+        if self._masking:
+            self._masking = False
+            DRIVER_LOGS.detach(self.secrets)
 
     # --- state -------------------------------------------------------------------------------
 
