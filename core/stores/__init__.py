@@ -19,7 +19,10 @@ What every backend guarantees, so that a fleet of worker processes behaves as on
 - a connection lost with the server (a restart, a proxy that drops it) is retried once on a new
   connection; every write is safe to repeat;
 - a connection string's password is registered as a secret and masked (``***``) in every message
-  and every ``where`` the plugins report.
+  and every ``where`` the plugins report;
+- a connection string is read as its driver reads it, without connecting, when the plugin's block
+  is checked (a value from the environment: when the plugin starts); one the driver cannot use is
+  a :class:`~progressive_compactor.errors.ConfigError` naming the setting and the shape to write.
 """
 
 from __future__ import annotations
