@@ -46,6 +46,7 @@ from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
 from .record_stamp import new_record_id, record_timestamp
 from .redaction import SecretRegistry, config_secrets
 from .session_cache import SessionCache
+from .storage import safe_name
 from .tiers import Summarized, TierRunner, TurnWork
 from .usage import UsageAnchors, corrected
 from .validation import config_from_dict, load_config
@@ -149,8 +150,17 @@ class ProgressiveCompactor:
             return dict(message)
         return message_to_dict(replace_content(m, entry.placeholder))
 
-    def read_tool_result(self, handle: str, lines: tuple[int, int] | None = None) -> str:
-        """Full text of an offloaded tool result, or lines ``start..end`` (1-based, inclusive)."""
+    def read_tool_result(
+        self, handle: str, lines: tuple[int, int] | None = None, *, session_id: str | None = None
+    ) -> str:
+        """Full text of an offloaded tool result, or lines ``start..end`` (1-based, inclusive).
+
+        With ``session_id`` (the session whose model asks), a handle of another session's result
+        is refused: where one compactor serves several users, one user's model never reads
+        another's results, whatever handle it writes.
+        """
+        if session_id is not None and handle.strip().partition("/")[0] != safe_name(session_id):
+            raise CompactorError(f"the handle {handle!r} does not name a result of this session")
         text = self.hooks.read_offloaded(handle)
         if text is None:
             raise CompactorError(f"no offloaded tool result has the handle {handle!r}")

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 from .compactor import ProgressiveCompactor
 from .messages import message_from_dict
 from .models import CompactionRecord
+from .tools import handle_read_tool_call
 
 
 class _SessionBase:
@@ -43,6 +44,11 @@ class _SessionBase:
         message = self.compactor.offload_tool_result(message, self.session_id)
         self.append(message)
         return message
+
+    def read_tool_call(self, arguments: str | dict[str, Any]) -> str:
+        """Answer the model's ``read_tool_result`` call: one of this session's offloaded results
+        (errors come back as text the model can read)."""
+        return handle_read_tool_call(self.compactor, arguments, self.session_id)
 
     def observe_usage(self, input_tokens: int) -> float | None:
         """The provider's reported input tokens for the last view sent: anchors the session's

@@ -50,14 +50,15 @@ READ_TOOL_RESULT_TOOL: dict[str, Any] = {
 }
 
 
-def handle_read_tool_call(compactor: Any, arguments: str | dict[str, Any]) -> str:
-    """Answer a ``read_tool_result`` call; errors come back as text the model can read."""
+def handle_read_tool_call(compactor: Any, arguments: str | dict[str, Any], session_id: str | None = None) -> str:
+    """Answer a ``read_tool_result`` call; errors come back as text the model can read. With
+    ``session_id`` (the session whose model made the call), only that session's results are read."""
     try:
         args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
         handle = args["handle"]
         start, end = args.get("start_line"), args.get("end_line")
         lines = (int(start or 1), int(end or 10**9)) if start or end else None
-        return compactor.read_tool_result(str(handle), lines)
+        return compactor.read_tool_result(str(handle), lines, session_id=session_id)
     except (ValueError, KeyError, TypeError) as exc:
         return f"error: invalid arguments for read_tool_result: {exc}"
     except CompactorError as exc:

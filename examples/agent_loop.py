@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from progressive_compactor import READ_TOOL_RESULT_TOOL, ProgressiveCompactor, Session, handle_read_tool_call
+from progressive_compactor import READ_TOOL_RESULT_TOOL, ProgressiveCompactor, Session
 
 BASH_TOOL = {
     "type": "function",
@@ -92,7 +92,7 @@ while True:
         break
     for call in reply["tool_calls"]:
         if call["function"]["name"] == READ_TOOL_RESULT_TOOL["function"]["name"]:
-            result = handle_read_tool_call(compactor, call["function"]["arguments"])  # an offloaded result
+            result = session.read_tool_call(call["function"]["arguments"])  # an offloaded result
         else:
             result = run_tool(call)
         session.add_tool_result(call["id"], result)  # over 10,000 characters: offloaded at once

@@ -52,7 +52,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     compactor = ProgressiveCompactor("default", context_window=16_000, data_dir=tempfile.mkdtemp())
     processor = history_processor(compactor, session_id="date-bug")
-    tools = [bash, read_tool_result_tool(compactor)]
+    tools = [bash, read_tool_result_tool(compactor, "date-bug")]
     if int(pydantic_ai.__version__.split(".")[0]) >= 2:
         from pydantic_ai.capabilities import ProcessHistory
 

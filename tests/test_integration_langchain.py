@@ -230,6 +230,35 @@ def test_a_message_replaced_in_the_thread_reaches_the_model(make_compactor):
     assert compacted[1]["content"] == "Deploy to PRODUCTION"
 
 
+def test_the_read_tool_reads_the_threads_own_results(make_compactor):
+    """Another session's handle, which a model (or a prompt injection) may write, reads nothing."""
+    compactor = make_compactor(context_window=100_000)
+    for owner in ("alice", "t1"):
+        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner} payroll\n" + "row\n" * 4000}
+        compactor.offload_tool_result(message, owner)
+    reads = [
+        {"name": "read_tool_result", "args": {"handle": f"{owner}/call_1", "end_line": 1}, "id": f"r{i}"}
+        for i, owner in enumerate(("alice", "t1"))
+    ]
+
+    class Reader(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            if not self.requests:
+                self.requests.append(messages)
+                calls = [{**r, "type": "tool_call"} for r in reads]
+                return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=calls))])
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    reader = Reader(requests=[])
+    agent = create_agent(reader, tools=[], middleware=[CompactionMiddleware(compactor)], checkpointer=InMemorySaver())
+    result = agent.invoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t1"}})
+    answers = {m.tool_call_id: m.content for m in result["messages"] if isinstance(m, ToolMessage)}
+    assert answers == {
+        "r0": "error: the handle 'alice/call_1' does not name a result of this session",
+        "r1": "t1 payroll",
+    }
+
+
 def test_a_failing_compactor_never_breaks_the_run(make_compactor, caplog):
     store = ListStore()
     compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])

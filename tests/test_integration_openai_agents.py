@@ -417,6 +417,44 @@ def test_concurrent_runs_of_two_sessions_anchor_each_its_own(make_compactor):
     assert later["B"].token_correction == pytest.approx(1.0, abs=0.05)
 
 
+def test_the_read_tool_reads_the_runs_own_results(make_compactor):
+    """Another session's handle, which a model (or a prompt injection) may write, reads nothing."""
+    compactor = make_compactor(context_window=100_000)
+    for owner in ("alice", "s1"):
+        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner} payroll\n" + "row\n" * 4000}
+        compactor.offload_tool_result(message, owner)
+
+    class Reader(RecordingModel):
+        async def get_response(self, system_instructions, input, *args, **kwargs):
+            if self.calls:
+                return await super().get_response(system_instructions, input, *args, **kwargs)
+            self.calls.append((system_instructions, [item(x) for x in input]))
+            reads = [
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    call_id=f"r{i}",
+                    name="read_tool_result",
+                    arguments=json.dumps({"handle": f"{owner}/call_1", "end_line": 1}),
+                    id=f"f{i}",
+                )
+                for i, owner in enumerate(("alice", "s1"))
+            ]
+            usage = Usage(requests=1, input_tokens=50, output_tokens=5, total_tokens=55)
+            return ModelResponse(output=reads, usage=usage, response_id=None)
+
+    model = Reader()
+    agent = Agent(name="a", instructions="x", model=model, tools=[read_tool_result_tool(compactor)])
+    run_filter = call_model_input_filter(compactor, session_id="s1")
+    asyncio.run(
+        Runner.run(agent, "hi", run_config=RunConfig(call_model_input_filter=run_filter, tracing_disabled=True))
+    )
+    answers = {x["call_id"]: x["output"] for x in model.calls[1][1] if x.get("type") == "function_call_output"}
+    assert answers == {
+        "r0": "error: the handle 'alice/call_1' does not name a result of this session",
+        "r1": "s1 payroll",
+    }
+
+
 def test_the_example_runs_offline():
     run_example_offline("openai_agents_agent.py")
 

@@ -339,6 +339,35 @@ def test_the_capability_helper(make_compactor):
     assert result.output == FINAL_ANSWER
 
 
+@pytest.mark.parametrize("session_id", ["s1", lambda ctx: ctx.deps["user"]], ids=["string", "function"])
+def test_the_read_tool_reads_the_sessions_own_results(make_compactor, session_id):
+    """Another session's handle, which a model (or a prompt injection) may write, reads nothing."""
+    compactor = make_compactor(context_window=100_000)
+    for owner in ("alice", "s1"):
+        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner} payroll\n" + "row\n" * 4000}
+        compactor.offload_tool_result(message, owner)
+    answers: dict[str, Any] = {}
+
+    def reader(messages: list, info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("read_tool_result", {"handle": f"{owner}/call_1", "end_line": 1}, tool_call_id=f"r{i}")
+                    for i, owner in enumerate(("alice", "s1"))
+                ]
+            )
+        answers.update((p.tool_call_id, p.content) for m in messages for p in m.parts if isinstance(p, ToolReturnPart))
+        return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
+
+    processor = history_processor(compactor, session_id=session_id)
+    tool = read_tool_result_tool(compactor, session_id=session_id)
+    agent_with(FunctionModel(reader), processor, tools=[tool], deps_type=dict).run_sync("hi", deps={"user": "s1"})
+    assert answers == {
+        "r0": "error: the handle 'alice/call_1' does not name a result of this session",
+        "r1": "s1 payroll",
+    }
+
+
 def test_the_example_runs_offline():
     run_example_offline("pydantic_ai_agent.py")
 

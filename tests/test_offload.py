@@ -16,6 +16,7 @@ from progressive_compactor.models import Message
 from progressive_compactor.plugin import PLACEHOLDER_PREFIX
 from progressive_compactor.plugins import offload_files
 from progressive_compactor.plugins.offload_files import FileOffloader
+from progressive_compactor.storage import safe_name
 from progressive_compactor.testing import build_history, compaction_message, filler, problems, tool_turn, window_for
 from progressive_compactor.tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
 
@@ -352,6 +353,25 @@ def test_read_tool_result_by_lines_and_errors(make_compactor):
     assert handle_read_tool_call(compactor, {"handle": "x/y"}).startswith("error: no offloaded")
     assert handle_read_tool_call(compactor, "{not json").startswith("error: invalid arguments")
     assert READ_TOOL_RESULT_TOOL["function"]["name"] == "read_tool_result"
+
+
+@pytest.mark.parametrize("session", ["alice", "alice@example.com", "../alice"])
+def test_a_session_reads_its_own_results_only(make_compactor, session):
+    """One compactor serving several users: with the session named, a handle of another
+    session's result is refused, however it is written (a model can write any handle)."""
+    compactor = make_compactor()
+    for owner in (session, "mallory"):
+        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner}'s payroll\n" + "row\n" * 4000}
+        compactor.offload_tool_result(message, owner)
+    alice, mallory = (f"{safe_name(owner)}/call_1" for owner in (session, "mallory"))
+    assert compactor.read_tool_result(alice, (1, 1), session_id=session) == f"{session}'s payroll"
+    for handle in (mallory, f" {mallory}", f"{safe_name(session)}/../{mallory}"):
+        with pytest.raises(CompactorError):
+            compactor.read_tool_result(handle, session_id=session)
+        assert handle_read_tool_call(compactor, {"handle": handle}, session_id=session).startswith("error:")
+    assert "mallory's payroll" in compactor.read_tool_result(mallory)  # no session named: any (the CLI's view)
+    answer = Session(compactor, session).read_tool_call(json.dumps({"handle": mallory}))
+    assert answer == f"error: the handle {mallory!r} does not name a result of this session"
 
 
 def test_emergency_offloads_the_tail_too_so_nothing_is_lost(make_compactor):

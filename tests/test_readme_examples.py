@@ -36,7 +36,7 @@ def test_the_readme_shows_the_loop_the_example_runs() -> None:
     imports, _, loop = code.group(1).partition("\n\n")
     assert loop == _loop_of_the_example()
     assert imports.startswith("from progressive_compactor import ")
-    for name in ("READ_TOOL_RESULT_TOOL", "ProgressiveCompactor", "Session", "handle_read_tool_call"):
+    for name in ("READ_TOOL_RESULT_TOOL", "ProgressiveCompactor", "Session"):
         assert name in imports and name in EXAMPLE.read_text("utf-8")
 
 

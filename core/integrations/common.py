@@ -22,6 +22,7 @@ the original (only the content, or a tool call's arguments, differ).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -81,6 +82,11 @@ def is_compaction_message(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "user" and isinstance(content, str) and content.startswith(COMPACTION_MARKER)
 
 
+SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar("progressive_compactor_session", default=None)
+"""The session of the model call being served: the read tool answers the calls of that model with
+that session's results only (a framework runs a model's tool calls in the same run)."""
+
+
 class Compaction:
     """The compactor as an integration calls it; see the module docstring."""
 
@@ -89,6 +95,7 @@ class Compaction:
         self.on_record = on_record
 
     def compact(self, history: Sequence[dict[str, Any]], session_id: str) -> Outcome:
+        SESSION.set(session_id)
         try:
             view, record = self.compactor.compact_with_record(history, session_id)
         except Exception as exc:  # noqa: BLE001 - fail open: the agent's run must go on
@@ -96,6 +103,7 @@ class Compaction:
         return self._done(view, record, session_id)
 
     async def acompact(self, history: Sequence[dict[str, Any]], session_id: str) -> Outcome:
+        SESSION.set(session_id)
         try:
             view, record = await self.compactor.acompact_with_record(history, session_id)
         except Exception as exc:  # noqa: BLE001 - fail open: the agent's run must go on
@@ -202,20 +210,28 @@ def check_view(view: Sequence[Mapping[str, Any]]) -> list[str]:
     return view_problems([message_from_dict(m, i) for i, m in enumerate(view)])
 
 
-def read_tool_result(compactor: ProgressiveCompactor, handle: str, start_line: int | None, end_line: int | None) -> str:
-    """The read tool's answer, whole or a line range; errors as text the model can read."""
+def read_tool_result(
+    compactor: ProgressiveCompactor,
+    handle: str,
+    start_line: int | None,
+    end_line: int | None,
+    session_id: str | None = None,
+) -> str:
+    """The read tool's answer, whole or a line range; errors as text the model can read. Only
+    results of ``session_id`` if given."""
     arguments: dict[str, Any] = {"handle": handle}
     if start_line is not None:
         arguments["start_line"] = start_line
     if end_line is not None:
         arguments["end_line"] = end_line
-    return handle_read_tool_call(compactor, arguments)
+    return handle_read_tool_call(compactor, arguments, session_id)
 
 
 __all__ = [
     "FAILED_OPEN",
     "READ_TOOL_DESCRIPTION",
     "READ_TOOL_NAME",
+    "SESSION",
     "SOURCE",
     "Adapter",
     "Compaction",

@@ -167,14 +167,29 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
     return HumanMessage(content=content)
 
 
+def _thread_id() -> Any:
+    """The running graph's ``thread_id``, if any."""
+    try:
+        from langgraph.config import get_config
+
+        return (get_config().get("configurable") or {}).get("thread_id")
+    except (RuntimeError, ImportError):
+        return None
+
+
 # --- the read tool ----------------------------------------------------------------------------
 
 
-def read_tool_result_tool(compactor: ProgressiveCompactor) -> StructuredTool:
-    """The ``read_tool_result`` tool as a LangChain tool, answered by ``compactor``."""
+def read_tool_result_tool(
+    compactor: ProgressiveCompactor, session_id: str | Callable[[], str | None] | None = None
+) -> StructuredTool:
+    """The ``read_tool_result`` tool as a LangChain tool, answered by ``compactor``: the results
+    of ``session_id`` only (a string, or a function asked at each call), of any session if None.
+    The middleware's own tool reads the session it compacts for."""
 
     def read(handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        return read_tool_result(compactor, handle, start_line, end_line)
+        sid = session_id() if callable(session_id) else session_id
+        return read_tool_result(compactor, handle, start_line, end_line, sid)
 
     return StructuredTool.from_function(read, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION)
 
@@ -197,7 +212,7 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
         on_record: OnRecord | None = None,
     ):
         super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
-        self.tools = [read_tool_result_tool(compactor)] if read_tool else []
+        self.tools = [read_tool_result_tool(compactor, self._tool_session)] if read_tool else []
         self._converters: dict[str, Converter] = {}
 
     def session_of(self, request: ModelRequest) -> str:
@@ -205,14 +220,15 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
         if chosen:
             return chosen
         info = getattr(request.runtime, "execution_info", None)
-        thread = getattr(info, "thread_id", None)
-        if not thread:
-            try:
-                from langgraph.config import get_config
+        thread = getattr(info, "thread_id", None) or _thread_id()
+        return str(thread) if thread else self.compactor.session_id
 
-                thread = (get_config().get("configurable") or {}).get("thread_id")
-            except (RuntimeError, ImportError):
-                thread = None
+    def _tool_session(self) -> str | None:
+        """The session a read tool call reads, as :meth:`session_of` names it; None (any) when
+        sessions are named by a function of the model request, which a tool call has not."""
+        if callable(self.session_id):
+            return None
+        thread = self.session_id or _thread_id()
         return str(thread) if thread else self.compactor.session_id
 
     def _history(self, request: ModelRequest, sid: str) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ from ..notice import notice
 from .common import (
     READ_TOOL_DESCRIPTION,
     READ_TOOL_NAME,
+    SESSION,
     SOURCE,
     Adapter,
     ContextWindowExceededError,
@@ -328,11 +329,13 @@ def call_model_input_filter(compactor: ProgressiveCompactor, **options: Any) -> 
 
 
 def read_tool_result_tool(compactor: ProgressiveCompactor) -> FunctionTool:
-    """The ``read_tool_result`` tool as an Agents SDK ``FunctionTool``, answered by ``compactor``."""
+    """The ``read_tool_result`` tool as an Agents SDK ``FunctionTool``, answered by ``compactor``
+    with the results of the run's session only (the session the filter compacted for)."""
     from agents import function_tool
 
     def read_tool_result_fn(handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        return read_tool_result(compactor, handle, start_line, end_line)
+        # The results of the session whose model call this run served last: the call's own.
+        return read_tool_result(compactor, handle, start_line, end_line, SESSION.get())
 
     tool: FunctionTool = function_tool(
         read_tool_result_fn, name_override=READ_TOOL_NAME, description_override=READ_TOOL_DESCRIPTION

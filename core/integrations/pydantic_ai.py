@@ -434,13 +434,20 @@ def capability(compactor: ProgressiveCompactor, **options: Any) -> Any:
     return ProcessHistory(async_history_processor(compactor, **options))
 
 
-def read_tool_result_tool(compactor: ProgressiveCompactor) -> Tool[Any]:
-    """The ``read_tool_result`` tool as a Pydantic AI ``Tool``, answered by ``compactor``."""
+def read_tool_result_tool(
+    compactor: ProgressiveCompactor, session_id: str | Callable[[Any], str] | None = None
+) -> Tool[Any]:
+    """The ``read_tool_result`` tool as a Pydantic AI ``Tool``, answered by ``compactor``: the
+    results of ``session_id`` only (a string, or a function of the ``RunContext``, as given to the
+    history processor), of any session if None."""
 
-    def read_result(handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        return read_tool_result(compactor, handle, start_line, end_line)
+    def read_result(
+        ctx: RunContext[Any], handle: str, start_line: int | None = None, end_line: int | None = None
+    ) -> str:
+        sid = str(session_id(ctx)) if callable(session_id) else session_id
+        return read_tool_result(compactor, handle, start_line, end_line, sid)
 
-    return Tool(read_result, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION, takes_ctx=False)
+    return Tool(read_result, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION, takes_ctx=True)
 
 
 __all__ = [

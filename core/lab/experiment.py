@@ -374,14 +374,16 @@ class ExperimentCompactor(ProgressiveCompactor):
         sid = self._session_id(session_id)
         return self.compactor_for(sid).offload_tool_result(message, sid)
 
-    def read_tool_result(self, handle: str, lines: tuple[int, int] | None = None) -> str:
+    def read_tool_result(
+        self, handle: str, lines: tuple[int, int] | None = None, *, session_id: str | None = None
+    ) -> str:
         """Read by the base's offloader, else by each variant's (a variant may keep its own)."""
         try:
-            return super().read_tool_result(handle, lines)
+            return super().read_tool_result(handle, lines, session_id=session_id)
         except CompactorError as first:
             for name in self.experiment.names:
                 try:
-                    return self._variant_compactor(name).read_tool_result(handle, lines)
+                    return self._variant_compactor(name).read_tool_result(handle, lines, session_id=session_id)
                 except CompactorError:
                     continue
             raise first
