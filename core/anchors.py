@@ -17,6 +17,7 @@ Summary text carries one Markdown section per anchor, then the prose::
 from __future__ import annotations
 
 import functools
+import json
 import re
 from typing import Collection, Iterable, Sequence
 
@@ -411,9 +412,11 @@ def compaction_message_text(
     *,
     covered: int,
     handles: Sequence[str] = (),
+    older_handles: int = 0,
     todo: Sequence[str] = (),
 ) -> str:
-    """The ``[Context Compaction]`` message that stands for everything the summary covers."""
+    """The ``[Context Compaction]`` message that stands for everything the summary covers;
+    ``older_handles``: how many handles older than ``handles`` the session keeps (listed on demand)."""
     lines = [
         COMPACTION_MARKER,
         f"The first {covered} messages of this conversation were compacted into this summary. "
@@ -428,6 +431,9 @@ def compaction_message_text(
             "Full text of earlier tool results, readable with the read_tool_result tool:",
             *[f"- {h}" for h in handles],
         ]
+        if older_handles:
+            listing = json.dumps({"handle": handles[0].partition("/")[0] + "/"})
+            lines.append(f"- and {older_handles} older ones: read_tool_result with {listing} lists them all")
     if todo:
         lines += ["", "## Todo", *todo]
     return "\n".join(lines)

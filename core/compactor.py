@@ -46,8 +46,8 @@ from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
 from .record_stamp import new_record_id, record_timestamp
 from .redaction import SecretRegistry, config_secrets
 from .session_cache import SessionCache
-from .storage import safe_name
 from .tiers import Summarized, TierRunner, TurnWork
+from .tools import read_result
 from .usage import UsageAnchors, corrected
 from .validation import config_from_dict, load_config
 
@@ -157,17 +157,11 @@ class ProgressiveCompactor:
 
         With ``session_id`` (the session whose model asks), a handle of another session's result
         is refused: where one compactor serves several users, one user's model never reads
-        another's results, whatever handle it writes.
+        another's results, whatever handle it writes. The session's part of a handle alone
+        (``"{session}/"``, which a compaction message names when it lists only the newest
+        handles) lists the handles the session's state keeps, one a line.
         """
-        if session_id is not None and handle.strip().partition("/")[0] != safe_name(session_id):
-            raise CompactorError(f"the handle {handle!r} does not name a result of this session")
-        text = self.hooks.read_offloaded(handle)
-        if text is None:
-            raise CompactorError(f"no offloaded tool result has the handle {handle!r}")
-        if lines is None:
-            return text
-        start, end = lines
-        return "\n".join(text.splitlines()[max(start, 1) - 1 : end])
+        return read_result(self, handle, lines, session_id)
 
     def observe_usage(self, session_id: str | None, input_tokens: int) -> float | None:
         """Tell the compactor the provider's count of the last view it returned for the session.

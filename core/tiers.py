@@ -431,6 +431,7 @@ class TierRunner:
             prose,
             covered=state.covered,
             handles=handles,
+            older_handles=len(state.dropped_handles) - len(handles),
             todo=todo,
         )
         message = Message(role="user", content=self.secrets.redact(text))

@@ -50,6 +50,26 @@ READ_TOOL_RESULT_TOOL: dict[str, Any] = {
 }
 
 
+def read_result(compactor: Any, handle: str, lines: tuple[int, int] | None, session_id: str | None) -> str:
+    """What :meth:`ProgressiveCompactor.read_tool_result` answers (see there)."""
+    prefix, slash, rest = handle.strip().partition("/")
+    if session_id is not None and prefix != safe_name(session_id):
+        raise CompactorError(f"the handle {handle!r} does not name a result of this session")
+    if slash and not rest:
+        if session_id is None:
+            raise CompactorError("listing a session's results needs its session id (the read tool of its session)")
+        state = compactor.state(session_id)
+        handles = [*state.dropped_handles, *(e.handle for e in state.offloaded.values())]
+        return "\n".join(handles) if handles else "no offloaded results are kept for this session"
+    text = compactor.hooks.read_offloaded(handle)
+    if text is None:
+        raise CompactorError(f"no offloaded tool result has the handle {handle!r}")
+    if lines is None:
+        return text
+    start, end = lines
+    return "\n".join(text.splitlines()[max(start, 1) - 1 : end])
+
+
 def handle_read_tool_call(compactor: Any, arguments: str | dict[str, Any], session_id: str | None = None) -> str:
     """Answer a ``read_tool_result`` call; errors come back as text the model can read. With
     ``session_id`` (the session whose model made the call), only that session's results are read."""

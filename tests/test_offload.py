@@ -374,6 +374,25 @@ def test_a_session_reads_its_own_results_only(make_compactor, session):
     assert answer == f"error: the handle {mallory!r} does not name a result of this session"
 
 
+def test_handles_beyond_the_newest_listed_are_listed_on_demand(make_compactor):
+    """The compaction message names the newest 20 handles and how to list the older ones; the
+    session's read tool lists them all, and each reads back."""
+    history = build_history([5000] * 40)
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    session = Session(compactor, compactor.session_id)
+    session.extend(history)
+    text = compaction_message(session.view())["content"]
+    kept = compactor.state().dropped_handles
+    assert len(kept) > 20 and all(h in text for h in kept[-20:]) and kept[0] not in text
+    assert (
+        f'- and {len(kept) - 20} older ones: read_tool_result with {{"handle": "test-session/"}} lists them all' in text
+    )
+    listed = session.read_tool_call({"handle": "test-session/"}).splitlines()
+    assert listed[: len(kept)] == list(kept)
+    assert session.read_tool_call({"handle": kept[0]}) == history[3]["content"]
+    assert handle_read_tool_call(compactor, {"handle": "test-session/"}).startswith("error: listing")
+
+
 def test_emergency_offloads_the_tail_too_so_nothing_is_lost(make_compactor):
     history = build_history([5000] * 10)
     compactor = make_compactor(context_window=window_for(history, 0.97))
