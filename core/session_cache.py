@@ -25,8 +25,8 @@ back its objects of this turn, never those of an earlier one (:meth:`SessionCach
 
 from __future__ import annotations
 
-import hashlib
 import operator
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -75,11 +75,14 @@ def role_of(item: Any) -> Any:
     return item.role if isinstance(item, Message) else item.get("role") if isinstance(item, Mapping) else None
 
 
-def _chained(before: str, fingerprint: str) -> str:
-    step = hashlib.blake2b(digest_size=12)
-    step.update(before.encode())
-    step.update(fingerprint.encode())
-    return step.hexdigest()
+def _link(before: int, message: Message) -> int:
+    """One step of a prefix's fingerprint: a running CRC-32 of what tells each message apart at a
+    glance (role, ids, length, the ends of its text), not its whole text (a result may be
+    megabytes; the boundary message's own fingerprint, which reads all of it, ends the chain)."""
+    text = text_of(message)
+    ids = "\0".join(call.id for call in message.tool_calls) if message.tool_calls else ""
+    key = f"{message.role}\0{message.tool_call_id}\0{ids}\0{len(text)}\0{text[:256]}\0{text[-256:]}\n"
+    return zlib.crc32(key.encode("utf-8", "surrogatepass"), before)
 
 
 class SessionCache:
@@ -124,7 +127,7 @@ class SessionCache:
         it as a message of its own after the system message (:meth:`pinned_for`)."""
         self._pinned: tuple[Message, dict[str, Any], int] | None = None
         self._fingerprints: dict[int, str] = {}
-        self._chain: list[str] = []
+        self._chain: list[int] = []
         """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
         """Fingerprints of settled messages, by position: an offloaded result's is looked at
         again at every new view."""
@@ -281,15 +284,16 @@ class SessionCache:
         return self.seen - self.offset < state.covered
 
     def prefix_fingerprint(self, count: int) -> str:
-        """The fingerprint of the first ``count`` settled messages, all of them: each step hashes
-        the one before with the next message's fingerprint (kept, so the prefix grows cheaply)."""
+        """The fingerprint of the first ``count`` messages, every one of them: a chain of
+        :func:`_link` steps (kept for the settled messages, so a longer prefix costs the messages
+        it adds), ended by the last message's whole :meth:`fingerprint`."""
         chain = self._chain
         while len(chain) < min(count, len(self.settled)):
-            chain.append(_chained(chain[-1] if chain else "", self.fingerprint(len(chain))))
-        last = chain[count - 1] if count <= len(chain) else chain[-1] if chain else ""
+            chain.append(_link(chain[-1] if chain else 0, self.settled[len(chain)]))
+        last = chain[count - 1] if count <= len(chain) else chain[-1] if chain else 0
         for position in range(len(chain), count):  # recent messages: their repair may still change
-            last = _chained(last, self.fingerprint(position))
-        return PREFIX_MARK + last
+            last = _link(last, self.original(position))
+        return f"{PREFIX_MARK}{last:08x}.{self.fingerprint(count - 1)}"
 
     def _starts_inside_a_group(self, index: int) -> bool:
         after = self.settled[index] if index < len(self.settled) else None
