@@ -239,9 +239,17 @@ def record_to_json(record: CompactionRecord) -> str:
 
 def read_records_file(path: str | os.PathLike[str]) -> Iterator[CompactionRecord]:
     """Every record in a JSONL file; a line that does not parse is skipped with a warning naming
-    the file and the line (a torn last line is what a crash mid-write leaves)."""
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
+    the file and the line (a torn last line is what a crash mid-write leaves). A named pipe or
+    anything else that is not a regular file is refused (:class:`StorageError`), never waited on."""
+    from .storage import read_file
+
+    yield from parse_records(read_file(path), path)
+
+
+def parse_records(data: bytes, path: str | os.PathLike[str]) -> Iterator[CompactionRecord]:
+    """Every record in the bytes of a JSONL file, as :func:`read_records_file` reads them;
+    ``path`` names the file in the warnings."""
+    lines = data.split(b"\n")
     last = len(lines) - 1
     for number, raw in enumerate(lines, 1):
         if not raw.strip():

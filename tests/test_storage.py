@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
+from progressive_compactor.converters import read_records_file
 from progressive_compactor.errors import StorageError
 from progressive_compactor.redaction import MASK, SecretRegistry
 from progressive_compactor.storage import (
@@ -152,6 +157,127 @@ def test_remove_deletes_a_link_not_what_it_points_to(tmp_path):
     assert (target / "file").read_text() == "kept"
     with pytest.raises(StorageError, match="not under"):
         remove(target, root)
+
+
+# --- a folder swapped for a link, a named pipe planted ----------------------------------------
+
+
+def swap_before_open(monkeypatch, root: Path, outside: Path, names: tuple[str, ...]) -> list[str]:
+    """Make the first ``os.open`` of a file called one of ``names`` (a ``.tmp-`` file too) swap
+    the folder ``root/s`` for a link to ``outside`` just before it opens: the moment between the
+    check of the folders and the open. The real folder moves to ``root/moved``."""
+    real_open, swapped = os.open, []
+
+    def swapping_open(path, flags, *args, **kwargs):
+        name = os.path.basename(os.fspath(path))
+        if not swapped and (name in names or name.startswith(".tmp-")):
+            os.rename(root / "s", root / "moved")
+            os.symlink(outside, root / "s")
+            swapped.append(name)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", swapping_open)
+    return swapped
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda path, root: write_private(path, b"inside", root),
+        lambda path, root: create_private(path, b"inside", root),
+        lambda path, root: append_line(path, "inside", root),
+    ],
+    ids=["write_private", "create_private", "append_line"],
+)
+def test_a_folder_swapped_for_a_link_after_the_check_gets_no_write(tmp_path, monkeypatch, write):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    private_dir(root / "s", root)
+    outside.mkdir()
+    swapped = swap_before_open(monkeypatch, root, outside, ("f.txt",))
+    write(root / "s" / "f.txt", root)
+    assert swapped and list(outside.iterdir()) == []
+    assert (root / "moved" / "f.txt").read_text().strip() == "inside"  # the folder that was checked
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_read_through(tmp_path, monkeypatch):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    write_private(root / "s" / "f.txt", b"inside", root)
+    outside.mkdir()
+    (outside / "f.txt").write_text("outside secret")
+    swapped = swap_before_open(monkeypatch, root, outside, ("f.txt",))
+    assert read_private(root / "s" / "f.txt", root) == b"inside"
+    assert swapped
+
+
+def test_remove_never_deletes_through_a_folder_swapped_for_a_link(tmp_path, monkeypatch):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    write_private(root / "s" / "old" / "f.txt", b"x", root)
+    outside.mkdir()
+    (outside / "old").mkdir()
+    (outside / "old" / "precious.txt").write_text("kept")
+    real_lstat, swapped = os.lstat, []
+
+    def swapping_lstat(path, *args, **kwargs):  # the check of the path, just before the delete
+        if not swapped and os.fspath(path) == os.fspath(root / "s" / "old"):
+            result = real_lstat(path, *args, **kwargs)
+            os.rename(root / "s", root / "moved")
+            os.symlink(outside, root / "s")
+            swapped.append(path)
+            return result
+        return real_lstat(path, *args, **kwargs)
+
+    real_stat = os.stat
+
+    def swapping_stat(path, *args, **kwargs):
+        if not swapped and os.path.basename(os.fspath(path)) == "old" and kwargs.get("dir_fd") is not None:
+            result = real_stat(path, *args, **kwargs)
+            os.rename(root / "s", root / "moved")
+            os.symlink(outside, root / "s")
+            swapped.append(path)
+            return result
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", swapping_lstat)
+    monkeypatch.setattr(os, "stat", swapping_stat)
+    assert remove(root / "s" / "old", root) is True
+    monkeypatch.undo()
+    assert swapped
+    assert (outside / "old" / "precious.txt").read_text() == "kept"
+    assert not (root / "moved" / "old").exists()  # what was checked is what went
+
+
+@contextlib.contextmanager
+def no_hang(seconds: float = 1.0) -> Iterator[None]:
+    """Fail, rather than wait forever, if the block blocks (an open of a named pipe does)."""
+
+    def timeout(signum, frame):
+        raise TimeoutError(f"blocked for more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_is_refused_never_waited_on(tmp_path):
+    root = tmp_path / "root"
+    private_dir(root, root)
+    os.mkfifo(root / "f.txt", 0o600)
+    with no_hang():
+        with pytest.raises(StorageError, match="f.txt: a named pipe, not a regular file"):
+            read_private(root / "f.txt", root)
+        with pytest.raises(StorageError, match="a named pipe"):
+            append_line(root / "f.txt", "x", root)
+        with pytest.raises(StorageError, match="a named pipe"):
+            list(read_records_file(root / "f.txt"))
+        assert create_private(root / "f.txt", b"x", root) is False  # taken, and left as it is
+    assert stat.S_ISFIFO(os.lstat(root / "f.txt").st_mode)
+    with pytest.raises(StorageError, match="a folder, not a regular file"):
+        read_private(root, tmp_path)
 
 
 # --- secrets --------------------------------------------------------------------------------------
