@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import stat
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -25,6 +22,7 @@ from progressive_compactor.storage import (
     safe_name,
     write_private,
 )
+from timeouts import no_hang
 
 # --- names ----------------------------------------------------------------------------------------
 
@@ -244,22 +242,6 @@ def test_remove_never_deletes_through_a_folder_swapped_for_a_link(tmp_path, monk
     assert swapped
     assert (outside / "old" / "precious.txt").read_text() == "kept"
     assert not (root / "moved" / "old").exists()  # what was checked is what went
-
-
-@contextlib.contextmanager
-def no_hang(seconds: float = 1.0) -> Iterator[None]:
-    """Fail, rather than wait forever, if the block blocks (an open of a named pipe does)."""
-
-    def timeout(signum, frame):
-        raise TimeoutError(f"blocked for more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, timeout)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
