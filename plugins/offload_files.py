@@ -9,13 +9,16 @@ under the root is followed if it is a symbolic link. Folders are owner-only (070
 owner-only (0600) and written atomically; secrets are masked before anything is written. A
 session folder whose name is a hash (an id that is not a plain name) holds a ``.session_id`` file
 with the id it belongs to, so that ``list_sessions`` reports real ids; a plain id is the folder's
-name.
+name. ``list_sessions`` reports only folders this plugin could have made; a hashed folder whose
+``.session_id`` is missing is reported (and deleted) under its own name. When the root is in the
+data folder, neither it nor any folder between them is followed if it is a symbolic link.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 import attrs
@@ -29,10 +32,13 @@ from progressive_compactor.plugin import (
     StorageError,
     create_private,
     hookimpl,
+    list_folder,
+    made_by_safe_name,
     newest_mtime,
     offload_text,
     read_private,
     remove,
+    root_for,
     safe_name,
     setting_check,
     write_private,
@@ -59,7 +65,8 @@ class FileOffloader:
         self.config = config or self.Config()
         self.context = context or PluginContext()
         self.root = Path(self.context.path(self.config.root))
-        self._marked: set[str] = set()
+        self.top = root_for(self.root, self.context.data_dir)
+        """Where no link is followed from: the data folder, or the folder above ``root``."""
 
     def session_dir(self, session_id: str) -> Path:
         return self.root / safe_name(session_id)
@@ -72,24 +79,23 @@ class FileOffloader:
         for name in (base, f"{base}.{sha[:12]}"):
             path = folder / f"{name}.txt"
             for _ in range(2):  # free, or taken by this very text (another process, an earlier turn)
-                existing = read_private(path, self.root)
+                existing = read_private(path, self.top)
                 if existing == data:
                     return path, f"{folder.name}/{name}"
                 if existing is not None:
                     break
-                if create_private(path, data, self.root):
+                if create_private(path, data, self.top):
                     self._mark(folder, session_id)
                     return path, f"{folder.name}/{name}"
         raise OffloadError(f"cannot keep the result of {tool_call_id!r}: {folder} holds other texts under its names")
 
     def _mark(self, folder: Path, session_id: str) -> None:
-        """Write the session's id beside its results when the folder's name is not the id, once
-        (a folder this process marked is remembered until the session is deleted)."""
-        if folder.name == session_id or folder.name in self._marked:
+        """Write the session's id beside its results when the folder's name is not the id and the
+        file is missing (looked for at every new result: another process may have deleted the
+        session, folder and all, since this one last wrote it)."""
+        if folder.name == session_id or os.path.lexists(folder / ID_FILE):
             return
-        if not os.path.lexists(folder / ID_FILE):
-            write_private(folder / ID_FILE, session_id.encode("utf-8", "surrogatepass"), self.root)
-        self._marked.add(folder.name)
+        write_private(folder / ID_FILE, session_id.encode("utf-8", "surrogatepass"), self.top)
 
     @hookimpl(trylast=True)
     def offload(self, message: Message, session_id: str, threshold: int) -> OffloadEntry | None:
@@ -110,23 +116,36 @@ class FileOffloader:
         match = _HANDLE.fullmatch(handle.strip())
         if match is None or ".." in handle:
             return None
-        data = read_private(self.root / match.group(1) / f"{match.group(2)}.txt", self.root)
+        data = read_private(self.root / match.group(1) / f"{match.group(2)}.txt", self.top)
         return None if data is None else data.decode("utf-8", "surrogatepass")
+
+    def _session_of(self, name: str) -> str:
+        """The session whose folder ``name`` is: the name itself when it is a plain id, else the
+        id in its ``.session_id`` file; when that is missing (or names another folder), the
+        folder's own name, under which it is listed and deleted."""
+        if not name.startswith("_"):
+            return name
+        try:
+            data = read_private(self.root / name / ID_FILE, self.top)
+        except StorageError:
+            data = None
+        session_id = data.decode("utf-8", "surrogatepass") if data is not None else None
+        return session_id if session_id is not None and safe_name(session_id) == name else name
 
     @hookimpl
     def list_sessions(self) -> list[SessionInfo]:
-        if not self.root.is_dir():
-            return []
         found = []
-        for folder in sorted(self.root.iterdir()):
-            if folder.is_symlink() or not folder.is_dir():
-                continue
-            data = read_private(folder / ID_FILE, self.root)
-            session_id = data.decode("utf-8", "surrogatepass") if data is not None else folder.name
-            found.append(SessionInfo(session_id, newest_mtime(folder), "offload-files", str(folder)))
+        for name, st in list_folder(self.root, self.top).items():
+            if stat.S_ISDIR(st.st_mode) and made_by_safe_name(name):
+                folder = self.root / name
+                found.append(
+                    SessionInfo(self._session_of(name), newest_mtime(folder, self.top), "offload-files", str(folder))
+                )
         return found
 
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
-        self._marked.discard(self.session_dir(session_id).name)
-        remove(self.session_dir(session_id), self.root)
+        remove(self.session_dir(session_id), self.top)
+        orphan = session_id != safe_name(session_id) and made_by_safe_name(session_id)
+        if orphan and self._session_of(session_id) == session_id:  # a folder listed under its own name
+            remove(self.root / session_id, self.top)

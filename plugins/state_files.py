@@ -6,7 +6,9 @@ compare-and-set under an exclusive lock on the session's lock file: it succeeds 
 version it replaces, so two workers that compacted the same turn cannot both win. Files are
 owner-only and replaced atomically. A file that cannot be read (truncated, not JSON, wrong types)
 is moved aside as ``*.corrupt-<time>`` with a warning and the session starts over from its
-history. A file that has not changed since it was last read is not parsed again.
+history. A file that has not changed since it was last read is not parsed again. When the
+folder is in the data folder, neither it nor any folder between them is followed if it is a
+symbolic link; ``list_sessions`` reports only the files this plugin could have made.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Iterator
@@ -27,9 +30,13 @@ from progressive_compactor.plugin import (
     SessionState,
     StorageError,
     hookimpl,
-    private_dir,
+    list_folder,
+    made_by_safe_name,
+    open_private,
     read_private,
     remove,
+    rename,
+    root_for,
     safe_name,
     state_from_json,
     state_to_json,
@@ -53,6 +60,8 @@ class FileState:
         self.config = config or self.Config()
         self.context = context or PluginContext()
         self.directory = Path(self.context.path(self.config.directory))
+        self.top = root_for(self.directory, self.context.data_dir)
+        """Where no link is followed from: the data folder, or the folder above ``directory``."""
         self._read: dict[str, tuple[tuple[int, int, int], SessionState]] = {}
         """session -> (the file's inode, size and mtime when read, the state it held)."""
 
@@ -75,7 +84,7 @@ class FileState:
         cached = self._read.get(session_id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        data = read_private(path, self.directory)
+        data = read_private(path, self.top)
         if data is None:
             return None
         try:
@@ -85,8 +94,8 @@ class FileState:
             log.warning(
                 "session state %s is unreadable (%s); moved to %s, starting over", path, type(exc).__name__, aside
             )
-            with contextlib.suppress(OSError):
-                os.replace(path, aside)
+            with contextlib.suppress(OSError, StorageError):
+                rename(path, aside.name, self.top)
             self._read.pop(session_id, None)
             return None
         self._read[session_id] = (key, state)
@@ -97,9 +106,7 @@ class FileState:
         if fcntl is None:
             yield
             return
-        private_dir(self.directory, self.directory)
-        lock = self.directory / f"{safe_name(session_id)}.lock"
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fd = open_private(self.directory / f"{safe_name(session_id)}.lock", self.top)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -120,29 +127,38 @@ class FileState:
             data["session_id"] = session_id
             path = self.path_for(session_id)
             text = self.context.secrets.redact(json.dumps(data, ensure_ascii=False))
-            write_private(path, text.encode("utf-8", "surrogatepass"), self.directory)
+            write_private(path, text.encode("utf-8", "surrogatepass"), self.top)
             key = self._stat_key(path)
             if key is not None:
                 self._read[session_id] = (key, state)
         return True
 
+    def _session_of(self, stem: str) -> str:
+        """The session whose file ``{stem}.json`` is: the id saved in it, or, when that is
+        missing (or names another file), the name, under which it is listed and deleted."""
+        try:
+            session_id = json.loads(read_private(self.directory / f"{stem}.json", self.top) or b"{}").get("session_id")
+        except (ValueError, AttributeError, StorageError):
+            session_id = None
+        return session_id if isinstance(session_id, str) and safe_name(session_id) == stem else stem
+
     @hookimpl
     def list_sessions(self) -> list[SessionInfo]:
-        if not self.directory.is_dir():
-            return []
         found = []
-        for path in sorted(self.directory.glob("*.json")):
-            if path.is_symlink():
-                continue
-            try:
-                session_id = json.loads(read_private(path, self.directory) or b"{}").get("session_id") or path.stem
-            except (ValueError, AttributeError, StorageError):
-                session_id = path.stem
-            found.append(SessionInfo(session_id, os.lstat(path).st_mtime, "state-files", str(path)))
+        for name, st in list_folder(self.directory, self.top).items():
+            stem = name.removesuffix(".json")
+            if name.endswith(".json") and stat.S_ISREG(st.st_mode) and made_by_safe_name(stem):
+                found.append(
+                    SessionInfo(self._session_of(stem), st.st_mtime, "state-files", str(self.directory / name))
+                )
         return found
 
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
         self._read.pop(session_id, None)
-        remove(self.path_for(session_id), self.directory)
-        remove(self.directory / f"{safe_name(session_id)}.lock", self.directory)
+        names = [safe_name(session_id)]
+        if session_id != names[0] and made_by_safe_name(session_id) and self._session_of(session_id) == session_id:
+            names.append(session_id)  # a file listed under its own name
+        for name in names:
+            remove(self.directory / f"{name}.json", self.top)
+            remove(self.directory / f"{name}.lock", self.top)

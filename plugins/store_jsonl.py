@@ -4,12 +4,14 @@ Path: ``{directory}/{session}.jsonl``, by default ``{data_dir}/records``. Append
 per line, owner-only permissions, secrets masked. The records of calls that changed nothing and
 reported no error (tier None, a Warn with no result worth offloading) are skipped unless
 ``record_none`` is set. A torn last line (a crash mid-write) is skipped with a warning when read,
-and the next append starts on a fresh line.
+and the next append starts on a fresh line. When the folder is in the data folder, neither it nor
+any folder between them is followed if it is a symbolic link; ``list_sessions`` reports only the
+files this plugin could have made.
 """
 
 from __future__ import annotations
 
-import os
+import stat
 from pathlib import Path
 
 import attrs
@@ -18,12 +20,17 @@ from progressive_compactor.plugin import (
     CompactionRecord,
     PluginContext,
     SessionInfo,
+    StorageError,
     append_line,
     changed_view,
     hookimpl,
-    read_records_file,
+    list_folder,
+    made_by_safe_name,
+    parse_records,
+    read_private,
     record_to_json,
     remove,
+    root_for,
     safe_name,
 )
 
@@ -39,6 +46,8 @@ class JsonlStore:
         self.config = config or self.Config()
         self.context = context or PluginContext()
         self.directory = Path(self.context.path(self.config.directory))
+        self.top = root_for(self.directory, self.context.data_dir)
+        """Where no link is followed from: the data folder, or the folder above ``directory``."""
 
     def path_for(self, session_id: str) -> Path:
         return self.directory / f"{safe_name(session_id)}.jsonl"
@@ -48,26 +57,41 @@ class JsonlStore:
         if not (self.config.record_none or changed_view(record)):
             return
         line = self.context.secrets.redact(record_to_json(record))
-        append_line(self.path_for(record.session_id), line, self.directory)
+        append_line(self.path_for(record.session_id), line, self.top)
 
     @hookimpl(trylast=True)
     def read_records(self, session_id: str) -> list[CompactionRecord] | None:
         path = self.path_for(session_id)
-        return list(read_records_file(path)) if path.is_file() and not path.is_symlink() else None
+        try:
+            data = read_private(path, self.top)
+        except StorageError:  # a link or a named pipe is never read as records
+            return None
+        return None if data is None else list(parse_records(data, path))
+
+    def _session_of(self, stem: str) -> str:
+        """The session whose file ``{stem}.jsonl`` is: the id of its first record, or, when there
+        is none (or it names another file), the name, under which it is listed and deleted."""
+        path = self.directory / f"{stem}.jsonl"
+        try:
+            first = next(parse_records(read_private(path, self.top) or b"", path), None)
+        except StorageError:
+            first = None
+        return first.session_id if first is not None and safe_name(first.session_id) == stem else stem
 
     @hookimpl
     def list_sessions(self) -> list[SessionInfo]:
-        if not self.directory.is_dir():
-            return []
         found = []
-        for path in sorted(self.directory.glob("*.jsonl")):
-            if path.is_symlink():
-                continue
-            first = next(read_records_file(path), None)
-            session_id = first.session_id if first is not None else path.stem
-            found.append(SessionInfo(session_id, os.lstat(path).st_mtime, "store-jsonl", str(path)))
+        for name, st in list_folder(self.directory, self.top).items():
+            stem = name.removesuffix(".jsonl")
+            if name.endswith(".jsonl") and stat.S_ISREG(st.st_mode) and made_by_safe_name(stem):
+                found.append(
+                    SessionInfo(self._session_of(stem), st.st_mtime, "store-jsonl", str(self.directory / name))
+                )
         return found
 
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
-        remove(self.path_for(session_id), self.directory)
+        remove(self.path_for(session_id), self.top)
+        orphan = session_id != safe_name(session_id) and made_by_safe_name(session_id)
+        if orphan and self._session_of(session_id) == session_id:  # a file listed under its own name
+            remove(self.directory / f"{session_id}.jsonl", self.top)

@@ -5,14 +5,16 @@ files, and bad input. Each test here failed before its fix."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
 
 import pytest
 
-from progressive_compactor import CompactionTier, ProgressiveCompactor, hookimpl
+from progressive_compactor import CompactionTier, CompactorError, ProgressiveCompactor, hookimpl
 from progressive_compactor.plugin import PLACEHOLDER_PREFIX
 from progressive_compactor.testing import FixedPolicy, filler, problems, tool_call
+from timeouts import no_hang
 
 PASSED = "all 120 tests passed\n" + filler(5000, "a")
 FAILED = ("3 tests FAILED\n" + filler(6000, "b"))[: len(PASSED)]
@@ -237,6 +239,40 @@ def test_a_linked_state_file_is_neither_read_nor_written(make_compactor, tmp_pat
     assert outside.read_text() == "export PATH=/usr/bin\n"
     assert any("symbolic link" in e for e in record.errors)
     assert problems(view) == []
+
+
+def test_linked_plugin_folders_in_the_data_folder_are_never_followed(make_compactor, tmp_path):
+    data, outside = tmp_path / "data", tmp_path / "outside"
+    data.mkdir()
+    for name in ("tool_results", "records", "state"):
+        (outside / name).mkdir(parents=True)
+        (data / name).symlink_to(outside / name)
+    (outside / "tool_results" / "test-session").mkdir()
+    (outside / "tool_results" / "test-session" / "c9.txt").write_text("the launch codes")
+    compactor, _ = warn_compactor(make_compactor, data_dir=str(data), plugins={"state": "state-files"})
+    history = [{"role": "user", "content": "go"}, call("c0"), result("c0", PASSED)] + filler_turns("x")
+    view, record = compactor.compact_with_record(history)
+    assert view[2]["content"] == PASSED and problems(view) == []  # the original is kept
+    assert any("tool_results: a symbolic link" in e for e in record.errors)
+    written = sorted(str(p.relative_to(outside)) for p in outside.rglob("*") if p.is_file())
+    assert written == ["tool_results/test-session/c9.txt"]
+    with pytest.raises(CompactorError, match="symbolic link"):
+        compactor.read_tool_result("test-session/c9")
+    assert compactor.sessions() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_planted_in_the_data_folder_hangs_nothing(make_compactor, tmp_path):
+    for planted in ("tool_results/test-session/c0.txt", "state/test-session.json", "records/x.jsonl"):
+        (tmp_path / planted).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(tmp_path / planted, 0o600)
+    compactor, _ = warn_compactor(make_compactor, plugins={"state": "state-files"})
+    history = [{"role": "user", "content": "go"}, call("c0"), result("c0", PASSED)] + filler_turns("x")
+    with no_hang():
+        view, record = compactor.compact_with_record(history)
+        assert view[2]["content"] == PASSED and problems(view) == []
+        assert any("c0.txt: a named pipe, not a regular file" in e for e in record.errors)
+        assert all(info.session_id != "x" for info in compactor.sessions())
 
 
 # --- 4. overlapping turns of one session --------------------------------------------------------

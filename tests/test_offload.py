@@ -110,6 +110,42 @@ def test_each_session_folder_names_its_session(tmp_path):
     assert [info.session_id for info in offloader.list_sessions()] == ["ticket-7"]
 
 
+def test_a_session_folder_made_again_by_another_process_names_its_session_again(tmp_path):
+    worker = FileOffloader(FileOffloader.Config(root=str(tmp_path / "root")))
+    first = worker.offload(tool_message("c1", 5000), "team/ticket 8", 4000)
+    FileOffloader(FileOffloader.Config(root=str(tmp_path / "root"))).on_delete_session("team/ticket 8")
+    assert not Path(first.path).parent.exists()  # another process deleted the session
+    again = worker.offload(tool_message("c2", 5000), "team/ticket 8", 4000)
+    assert (Path(again.path).parent / ".session_id").read_text() == "team/ticket 8"
+    assert [info.session_id for info in worker.list_sessions()] == ["team/ticket 8"]
+
+
+def test_only_folders_the_offloader_could_have_made_are_sessions(tmp_path):
+    offloader = FileOffloader(FileOffloader.Config(root=str(tmp_path / "root")))
+    kept = offloader.offload(tool_message("c1", 5000), "team/ticket 8", 4000)
+    for planted in (".ssh", "My Documents", "_not-a-hash", "a..b"):
+        (tmp_path / "root" / planted).mkdir()
+        (tmp_path / "root" / planted / "precious.txt").write_text("mine")
+    (tmp_path / "root" / "a-file").write_text("not a folder")
+    orphan = tmp_path / "root" / ("_" + "0" * 40)  # a hashed folder whose .session_id is gone
+    orphan.mkdir()
+    (orphan / "c1.txt").write_text("result")
+    assert [info.session_id for info in offloader.list_sessions()] == ["_" + "0" * 40, "team/ticket 8"]
+    offloader.on_delete_session("_" + "0" * 40)  # deleted under the name it is listed under
+    assert not orphan.exists() and Path(kept.path).exists()
+    assert [info.session_id for info in offloader.list_sessions()] == ["team/ticket 8"]
+    (Path(kept.path).parent / ".session_id").unlink()
+    offloader.on_delete_session(Path(kept.path).parent.name)
+    assert not Path(kept.path).parent.exists()
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == [
+        ".ssh",
+        "My Documents",
+        "_not-a-hash",
+        "a-file",
+        "a..b",
+    ]
+
+
 # --- the three skip conditions -------------------------------------------------------------------
 
 
