@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_jsonl
+from progressive_compactor import ProgressiveCompactor
 from progressive_compactor.cli import app as cli_mod
 from progressive_compactor.cli.app import cli as main
 from progressive_compactor.cli.gc import parse_duration
@@ -677,6 +678,47 @@ def test_gc_older_than(tmp_path: Path, cfg: Path, session: Path) -> None:
     assert real.exit_code == 0 and "removed session old" in real.stdout
     assert not any(p.exists() for p in _session_paths(tmp_path, "old"))
     assert all(p.exists() for p in _session_paths(tmp_path, "new"))
+
+
+def test_gc_never_deletes_through_a_linked_results_folder(tmp_path: Path) -> None:
+    data, home = tmp_path / "data", tmp_path / "home"
+    data.mkdir()
+    for name in ("Documents", "photos", "project_1"):
+        (home / name).mkdir(parents=True)
+        (home / name / "precious.txt").write_text("do not delete")
+    _age([home], 30 * 86400)
+    (data / "tool_results").symlink_to(home)  # planted in the data folder
+    result = run("gc", "--older-than", "7d", "--data-dir", data)
+    assert result.exit_code == 1 and "removed session" not in result.stdout
+    assert f"refusing {data / 'tool_results'}: a symbolic link under {data}" in result.stderr
+    assert all((home / name / "precious.txt").exists() for name in ("Documents", "photos", "project_1"))
+
+
+def test_gc_removes_a_session_folder_whose_id_file_is_gone(tmp_path: Path) -> None:
+    compactor = ProgressiveCompactor("classic", data_dir=str(tmp_path))
+    compactor.offload_tool_result({"role": "tool", "tool_call_id": "c1", "content": "x\n" * 6000}, "a@example.com")
+    folder = next((tmp_path / "tool_results").iterdir())
+    (folder / ".session_id").unlink()  # a crash between the result and the id, or an older version
+    _age([folder], 8 * 86400)
+    result = run("gc", "--older-than", "7d", "--data-dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == f"removed session {folder.name}"
+    assert not folder.exists()
+
+
+def test_gc_says_removed_only_for_what_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from progressive_compactor.plugins.offload_files import FileOffloader
+
+    compactor = ProgressiveCompactor("classic", data_dir=str(tmp_path))
+    compactor.offload_tool_result({"role": "tool", "tool_call_id": "c1", "content": "x\n" * 6000}, "s1")
+    monkeypatch.setattr(FileOffloader, "on_delete_session", lambda self, session_id: None)  # deletes nothing
+    result = run("gc", "s1", "--data-dir", tmp_path)
+    assert result.exit_code == 1 and "removed session" not in result.stdout
+    assert (
+        f"warning: session s1: still stored after removal: offload-files: {tmp_path / 'tool_results' / 's1'} "
+        "(remove it by hand)"
+    ) in result.stderr
+    assert (tmp_path / "tool_results" / "s1" / "c1.txt").exists()
 
 
 def test_gc_arguments(cfg: Path) -> None:

@@ -53,24 +53,34 @@ def gc(
     if (session is None) == (older_than is None):
         raise click.UsageError("give either SESSION or --older-than AGE")
     cfg = load_cli_config(config, data_dir=data_dir)
-    errors: list[str] = []
     with storage_compactor(cfg) as compactor:
         stored: dict[str, list[Any]] = {}
-        for info in compactor.sessions():
+        listed, errors = compactor.hooks.list_sessions()  # a plugin that cannot list is an error
+        for info in listed:
             stored.setdefault(info.session_id, []).append(info)
         if session is not None:
             targets = [session]
         else:
             cutoff = time.time() - parse_duration(older_than or "")
             targets = [sid for sid, infos in sorted(stored.items()) if max(i.updated for i in infos) < cutoff]
+        kept: dict[str, list[Any]] = {}
         if not dry_run:
             for sid in targets:
                 if sid in stored:
                     errors += compactor.delete_session(sid)
+            for info in compactor.sessions():  # what a plugin reported but did not delete
+                if info.session_id in stored and info.session_id in targets:
+                    kept.setdefault(info.session_id, []).append(info)
+        for sid, infos in sorted(kept.items()):
+            for info in infos:
+                errors.append(
+                    f"session {printable(sid)}: still stored after removal: {info.plugin}: {info.where} "
+                    "(remove it by hand)"
+                )
     removed: list[dict[str, Any]] = [
         {"session": sid, "where": [{"plugin": i.plugin, "where": i.where} for i in stored[sid]]}
         for sid in targets
-        if sid in stored
+        if sid in stored and sid not in kept
     ]
     missing = [sid for sid in targets if sid not in stored]
     if as_json:
