@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,16 @@ def test_replay_and_records_agree_on_corpus_sessions(tmp_path, corpus_dir):
     reported = run_json("ab", "report", records, "-e", "ab-example")
     assert_agree(replayed, reported)
     assert sum(per_session(replayed, "summarizer_calls").values()) > 0
+
+
+def test_the_records_folder_and_its_missing_parents_are_owner_only(tmp_path):
+    records = tmp_path / "new" / "records"
+    old = os.umask(0o022)  # the usual one: folders made by default would be 0755
+    try:
+        run_json("ab", "replay", EXAMPLES, "-e", "ab-example", "-w", "16000", "--records-dir", records, "--limit", "1")
+    finally:
+        os.umask(old)
+    assert [stat.S_IMODE(f.stat().st_mode) for f in (records, records.parent)] == [0o700, 0o700]
 
 
 def test_a_rerun_into_the_same_records_folder_does_not_double_costs(tmp_path):

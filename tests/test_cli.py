@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -314,6 +315,19 @@ def test_replay_prints_each_compaction_and_a_summary(tmp_path: Path, cfg: Path, 
     assert f"read the records with:\ncompactor records sess --data-dir {keep}\n" in result.stdout
     # a replay never writes where the config's own stores keep data (here: tmp_path)
     assert not any((tmp_path / name).exists() for name in ("records", "tool_results", "state"))
+
+
+def test_a_kept_replay_folder_and_its_missing_parents_are_owner_only(tmp_path: Path, cfg: Path, session: Path) -> None:
+    old = os.umask(0o022)  # the usual one: folders made by default would be 0755
+    try:
+        keep = tmp_path / "new" / "kept"
+        assert run("replay", session, "-c", cfg, "--keep", keep).exit_code == 0
+        report = tmp_path / "other" / "report-kept"
+        assert run("report", session, "-c", cfg, "--keep", report, "-o", tmp_path / "r.html").exit_code == 0
+    finally:
+        os.umask(old)
+    for folder in (keep, keep.parent, report, report.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
 
 
 def test_what_a_replay_kept_is_read_with_data_dir(tmp_path: Path, cfg: Path, session: Path) -> None:

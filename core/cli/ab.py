@@ -434,7 +434,9 @@ def replay_command(
     if not files:
         raise click.ClickException(f"{corpus_dir}: no *.jsonl session files")
     if records_dir:
-        Path(records_dir).mkdir(parents=True, exist_ok=True)
+        from ..storage import private_dir
+
+        private_dir(Path(records_dir).absolute(), Path(records_dir).absolute())  # 0700, parents too
         records_dir = str(Path(records_dir).resolve())
     err = _console(stderr=True)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

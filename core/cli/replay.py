@@ -175,10 +175,13 @@ def write_lost_facts(directory: Path, session_id: str, result: Any) -> None:
 
 @contextlib.contextmanager
 def work_folder(keep: str | None) -> Iterator[Path]:
-    """The given folder (created), or a temporary one removed afterwards."""
+    """The given folder (created owner-only, 0700, with any missing parent), or a temporary one
+    removed afterwards."""
     if keep:
+        from ..storage import private_dir
+
         path = Path(keep).expanduser().absolute()
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path, path)
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="compactor-") as tmp:
