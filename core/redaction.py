@@ -137,29 +137,62 @@ def mask_passwords(text: str) -> str:
     return KEY_PASSWORD.sub(lambda m: m.group(0)[: m.start(1) - m.start(0)] + PASSWORD_MASK, text)
 
 
+SECRET_KEY = re.compile(r"(?i)^(?:.*[_-])?(?:api[_-]?key|key|secret|password|passwd|token|credentials?|authorization)$")
+"""Setting (and header) names whose values are secrets: registered by :func:`config_secrets`,
+masked by ``config show``. ``api_key_env`` is not one: such settings hold the *name* of an
+environment variable, never its value."""
+
+
+def secret_setting(key: str, parent: str = "") -> bool:
+    """Whether the setting ``key`` of the mapping ``parent`` holds a secret: a secret-looking name
+    (:data:`SECRET_KEY`), or any header of ``extra_headers`` (an Azure ``api-key``, a proxy's
+    ``Authorization``, whatever its name)."""
+    return parent == "extra_headers" or bool(SECRET_KEY.match(key))
+
+
+_AUTH_SCHEME = re.compile(r"(?i)^(?:bearer|basic)\s+")
+
+
+def _credential(value: str) -> str:
+    """A header or setting value without its ``Bearer ``/``Basic `` scheme: the key itself."""
+    return _AUTH_SCHEME.sub("", value.strip())
+
+
 def config_secrets(config: Any) -> list[str]:
     """The secrets a config names: the values of the environment variables its plugin blocks
-    name in ``*_env`` settings (``api_key_env: OPENAI_API_KEY``, ``dsn_env: ...``), and the
-    passwords of connection strings written in it. Registered by every compactor, so that they
+    name in ``*_env`` settings (``api_key_env: OPENAI_API_KEY``, ``dsn_env: ...``), the values of
+    secret settings (:func:`secret_setting`: a secret-looking name, or any ``extra_headers``
+    entry; without a ``Bearer``/``Basic`` scheme), and the passwords of connection strings
+    written in it. Registered by every compactor, so that they
     are masked even where the plugin that reads them is not loaded (a command that only reads
     records)."""
     found: list[str] = []
 
-    def walk(value: Any, key: str = "") -> None:
+    def walk(value: Any, key: str = "", parent: str = "") -> None:
         if isinstance(value, Mapping):
             for k, v in value.items():
-                walk(v, str(k))
+                walk(v, str(k), key)
         elif isinstance(value, (list, tuple)):
             for v in value:
-                walk(v, key)
+                walk(v, key, parent)
         elif isinstance(value, str):
             if key.endswith("_env") and os.environ.get(value):
                 found.append(os.environ[value])
                 found.extend(connection_passwords(os.environ[value]))
+            if secret_setting(key, parent):
+                found.append(_credential(value))
             found.extend(connection_passwords(value))
 
     walk(getattr(config, "config", {}))
     return found
 
 
-__all__ = ["MASK", "SecretRegistry", "config_secrets", "connection_passwords", "mask_passwords"]
+__all__ = [
+    "MASK",
+    "SECRET_KEY",
+    "SecretRegistry",
+    "config_secrets",
+    "connection_passwords",
+    "mask_passwords",
+    "secret_setting",
+]

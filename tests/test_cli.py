@@ -626,6 +626,9 @@ def test_config_show_never_prints_secrets(monkeypatch: pytest.MonkeyPatch) -> No
         "nested": [{"password": "***"}],
     }
     assert mask({"dsn": "postgresql://me:hunter2@db/records"}) == {"dsn": "postgresql://me:***@db/records"}
+    # every header of extra_headers may carry a key, whatever its name (they are registered as secrets)
+    headers = {"extra_headers": {"api-key": "k1", "Helicone-Auth": "Bearer k2"}}
+    assert mask(headers) == {"extra_headers": {"api-key": "***", "Helicone-Auth": "***"}}
 
 
 # --- gc ---------------------------------------------------------------------------------------

@@ -287,6 +287,37 @@ def test_short_values_are_not_registered():
     assert secrets.redact("abc") == "abc"
 
 
+def test_secret_settings_and_every_extra_header_are_registered(monkeypatch):
+    from types import SimpleNamespace
+
+    from progressive_compactor.redaction import config_secrets
+
+    monkeypatch.setenv("SOME_KEY_VARIABLE", "value-of-the-env-key")
+    config = SimpleNamespace(
+        config={
+            "summarize-openai": {
+                "api_key_env": "SOME_KEY_VARIABLE",
+                "max_tokens_field": "max_tokens",
+                "extra_headers": {
+                    "api-key": "azure-key-0123456789",
+                    "Helicone-Auth": "Bearer helicone-key-0123456789",
+                    "Proxy-Authorization": "Basic dXNlcjpwcm94eS1wYXNz",
+                },
+            },
+            "my-plugin": {"client_secret": "client-secret-value", "password": "plain-password", "model": "gpt-x"},
+        }
+    )
+    found = config_secrets(config)
+    assert set(found) == {
+        "value-of-the-env-key",
+        "azure-key-0123456789",
+        "helicone-key-0123456789",
+        "dXNlcjpwcm94eS1wYXNz",
+        "client-secret-value",
+        "plain-password",
+    }
+
+
 def test_the_registry_is_part_of_the_plugin_api_and_of_the_testing_helpers():
     from progressive_compactor import plugin, testing
 

@@ -662,6 +662,31 @@ def test_api_key_never_leaks(fake, tmp_path, monkeypatch, caplog):
     assert "LEAK_TEST_KEY=[REDACTED]" in offloaded
 
 
+@pytest.mark.parametrize("header, value", [("authorization", "Bearer {key}"), ("x-api-key", "{key}")])
+def test_a_key_given_in_extra_headers_never_leaks(fake, tmp_path, caplog, header, value):
+    # no api_key_env: the key reaches the provider only through extra_headers (a proxy, Azure)
+    key = "proxy-HEADERKEY-7f3a9c1e5b2d4680"
+    caplog.set_level(logging.DEBUG)
+    compactor = make(
+        fake.base_url,
+        "openai",
+        tmp_path,
+        max_attempts=2,
+        extra_headers={header: value.format(key=key)},
+    )
+    fake.push(Behaviour("status", status=500, echo_key=True), Behaviour("status", status=401, echo_key=True))
+    _, record = compactor.compact_with_record(synthetic_history("SESSION-MARKER-header", FULL_ROUNDS), "s1")
+    compactor.close()
+
+    assert fake.requests[0].headers[header] == value.format(key=key)  # sent as configured
+    assert "HTTP 401" in failure_of(record) and "[REDACTED]" in failure_of(record)
+    assert "retrying" in caplog.text and "[REDACTED]" in caplog.text
+    written = {str(p): p.read_text("utf-8") for p in tmp_path.rglob("*") if p.is_file()}
+    assert any("records" in name for name in written)
+    for where, text in {**written, "log": caplog.text, "record": repr(record)}.items():
+        assert key not in text, f"the key leaked into {where}"
+
+
 def test_config_show_does_not_print_the_key(monkeypatch, tmp_path):
     from click.testing import CliRunner
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Mapping
 
 import click
 
 from ..errors import PluginError
+from ..redaction import mask_passwords, secret_setting
 from .app import CONTEXT, echo_json, json_option
 
 log = logging.getLogger("progressive_compactor")
@@ -49,22 +49,16 @@ def config_check(file: str, as_json: bool) -> None:
         raise click.exceptions.Exit(1)
 
 
-SECRET_KEY = re.compile(r"(?i)^(?:.*[_-])?(?:api[_-]?key|key|secret|password|passwd|token|credentials?|authorization)$")
-"""Setting names whose values ``config show`` masks. ``api_key_env`` is not one: such settings
-hold the *name* of an environment variable, never its value."""
-
-
-def masked(data: Any, key: str = "") -> Any:
-    """``data`` with the values of secret-looking settings and connection-string passwords masked."""
+def masked(data: Any, key: str = "", parent: str = "") -> Any:
+    """``data`` with the values of secret settings (:func:`~progressive_compactor.redaction.secret_setting`)
+    and connection-string passwords masked."""
     if isinstance(data, Mapping):
-        return {k: masked(v, str(k)) for k, v in data.items()}
+        return {k: masked(v, str(k), key) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [masked(v, key) for v in data]
-    if isinstance(data, str) and data and SECRET_KEY.match(key):
+        return [masked(v, key, parent) for v in data]
+    if isinstance(data, str) and data and secret_setting(key, parent):
         return "***"
     if isinstance(data, str):  # postgresql://user:***@host/db, host=db password=***
-        from ..redaction import mask_passwords
-
         return mask_passwords(data)
     return data
 
