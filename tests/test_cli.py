@@ -20,7 +20,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_jsonl
+from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_config, write_jsonl
 from progressive_compactor import ProgressiveCompactor
 from progressive_compactor.cli import app as cli_mod
 from progressive_compactor.cli.app import cli as main
@@ -190,6 +190,32 @@ def test_a_call_that_changed_nothing_is_never_a_zero_compression() -> None:
 
 # --- compact ----------------------------------------------------------------------------------
 
+SECRET = "hunter2\"p&s\\s<9>'x"
+"""A password registered through a ``*_env`` setting, holding every character JSON or HTML escapes."""
+
+
+@pytest.fixture
+def secret_cfg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TEST_DB_PASSWORD", SECRET)
+    return write_config(tmp_path, config={"summarize-openai": {"api_key_env": "TEST_DB_PASSWORD"}})
+
+
+@pytest.fixture
+def secret_session(tmp_path: Path) -> Path:
+    """The synthetic session with two later instructions quoting :data:`SECRET` (facts of the summary)."""
+    history = synthetic_history()
+    instruction = {"role": "user", "content": f"Connect with the password {SECRET} please."}
+    history[6:6] = [instruction]
+    history[-3:-3] = [instruction]
+    return write_jsonl(tmp_path / "sess.jsonl", history)
+
+
+def leaked(text: str) -> bool:
+    """``text`` holds :data:`SECRET` as it is, or escaped for JSON or HTML."""
+    import html
+
+    return any(form in text for form in (SECRET, json.dumps(SECRET)[1:-1], html.escape(SECRET)))
+
 
 def test_compact_writes_a_valid_view_and_the_exact_notice(tmp_path: Path, cfg: Path, session: Path) -> None:
     result = run("compact", session, "-c", cfg)
@@ -344,6 +370,26 @@ def test_what_a_replay_kept_is_read_with_data_dir(tmp_path: Path, cfg: Path, ses
     assert not (keep / "state").exists()  # state lives in memory during a replay
     missing = run("records", "sess", "-c", cfg)  # the config's own folder holds nothing
     assert "no records for session 'sess'" in one_error_line(missing)
+
+
+def test_the_facts_a_replay_kept_and_records_prints_have_secrets_masked(
+    tmp_path: Path, secret_cfg: Path, secret_session: Path
+) -> None:
+    keep = tmp_path / "kept"
+    assert run("replay", secret_session, "-c", secret_cfg, "--keep", keep).exit_code == 0
+    facts = (keep / "replay" / "sess.facts.jsonl").read_text("utf-8")
+    assert "Connect with the password [REDACTED] please." in facts  # the instruction is a lost fact, masked
+    assert not any(leaked(p.read_text("utf-8")) for p in keep.rglob("*") if p.is_file())
+    shown = run("records", "sess", "-c", secret_cfg, "--data-dir", keep, "--full")
+    assert shown.exit_code == 0 and "password [REDACTED] please" in shown.stdout
+    assert not leaked(shown.output)
+    # a facts file written before the secret was known (or by an older version) is masked when printed
+    record = json.loads(facts.splitlines()[0])["record"]
+    old = {"record": record, "call": 1, "message": 1, "lost": {"instructions": [f"Use {SECRET} now."]}}
+    (keep / "replay" / "sess.facts.jsonl").write_text(json.dumps(old) + "\n", "utf-8")
+    shown = run("records", "sess", "-c", secret_cfg, "--data-dir", keep, "--full")
+    assert shown.exit_code == 0 and "Use [REDACTED] now." in shown.stdout
+    assert not leaked(shown.output)
 
 
 def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: Path) -> None:

@@ -12,6 +12,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -43,8 +44,9 @@ def facts_path(data_dir: Path, session_id: str) -> Path:
     return data_dir / FACTS_FOLDER / f"{safe_name(session_id)}.facts.jsonl"
 
 
-def read_lost_facts(path: Path) -> dict[str, dict[str, list[str]]]:
-    """Record id -> {category: [facts no longer in the view]}, from a file ``replay --keep`` wrote."""
+def read_lost_facts(path: Path, redact: Callable[[str], str]) -> dict[str, dict[str, list[str]]]:
+    """Record id -> {category: [facts no longer in the view]}, from a file ``replay --keep`` wrote,
+    each fact passed through ``redact`` (the file may predate a secret, or this version)."""
     import json
 
     out: dict[str, dict[str, list[str]]] = {}
@@ -55,7 +57,7 @@ def read_lost_facts(path: Path) -> dict[str, dict[str, list[str]]]:
     for line in text.splitlines():
         try:
             item = json.loads(line)
-            out[str(item["record"])] = {str(k): [str(x) for x in v] for k, v in item["lost"].items()}
+            out[str(item["record"])] = {str(k): [redact(str(x)) for x in v] for k, v in item["lost"].items()}
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return out
@@ -113,7 +115,7 @@ def records(
             raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
         where, command = str(path), f"compactor records {shlex.quote(str(path))}"
         folder = path.absolute().parent.parent
-        lost = read_lost_facts(folder / FACTS_FOLDER / f"{path.stem}.facts.jsonl")
+        lost = read_lost_facts(folder / FACTS_FOLDER / f"{path.stem}.facts.jsonl", redact)
         if path.absolute().parent.name == "records" and show_dir is None and (folder / "tool_results").is_dir():
             show_dir = str(folder)
     else:
@@ -126,7 +128,7 @@ def records(
             )
         found, where = stored, f"session {session_or_file}"
         command = shlex.join(["compactor", "records", session_or_file, *_options(config, show_dir)])
-        lost = read_lost_facts(facts_path(resolve_data_dir(cfg.data_dir), session_or_file))
+        lost = read_lost_facts(facts_path(resolve_data_dir(cfg.data_dir), session_or_file), redact)
     if number is not None and number > len(found):
         raise click.ClickException(f"there is no record {number}: {where} has {len(found)}")
     if as_json:

@@ -98,7 +98,7 @@ class TurnMetrics:
     lost: Mapping[str, tuple[str, ...]] | None = None
     """For a call whose compaction changed the view, when asked (``probe_compactions``): per probe
     category, the facts of the history so far that the view no longer holds (offloaded text the
-    view names counts as held)."""
+    view names counts as held), with the compactor's secrets masked."""
 
 
 @attrs.frozen
@@ -314,7 +314,8 @@ def _lost_facts(
         build_probes(history), view, read_handle=lambda handle: _read(compactor, handle), known_handles=offloaded
     )
     found = retention.categories
-    return {name: tuple(found[name].lost) for name in CATEGORIES if name in found and found[name].lost}
+    redact = compactor.secrets.redact  # facts are copied from the history: secrets masked, as in the view
+    return {name: tuple(map(redact, found[name].lost)) for name in CATEGORIES if name in found and found[name].lost}
 
 
 def _read(compactor: Any, handle: str) -> str | None:
