@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
+
+import attrs
 
 MASK = "[REDACTED]"
 MIN_SECRET = 4
@@ -113,6 +115,23 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def redact_data(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` with ``redact`` applied to every string in it: the values of mappings, lists and
+    tuples and the fields of attrs instances, walked recursively (mapping keys and other values
+    as they are). Data is redacted this way *before* it is serialised: JSON escapes ``"`` and
+    ``\\``, HTML ``& < > " '``, and a secret holding one no longer matches once escaped."""
+    if type(value) is str:
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: redact_data(v, redact) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(redact_data(v, redact) for v in value)
+    if attrs.has(type(value)):
+        fields = attrs.fields(type(value))
+        return attrs.evolve(value, **{f.alias: redact_data(getattr(value, f.name), redact) for f in fields if f.init})
+    return value
+
+
 URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
 """The password of a connection string (``postgresql://user:secret@host/db``)."""
 KEY_PASSWORD = re.compile(r"""(?i)\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&'"]+)""")
@@ -194,5 +213,6 @@ __all__ = [
     "config_secrets",
     "connection_passwords",
     "mask_passwords",
+    "redact_data",
     "secret_setting",
 ]

@@ -72,3 +72,30 @@ def synthetic_history(rounds: int = 12) -> list[dict[str, Any]]:
 def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(m) + "\n" for m in messages), "utf-8")
     return path
+
+
+SECRET = "hunter2\"p&s\\s<9>'x"
+"""A password registered through a ``*_env`` setting (:func:`secret_config`), holding every
+character JSON or HTML escapes."""
+
+
+def secret_config(tmp_path: Path) -> Path:
+    """A config (:func:`write_config`) that registers :data:`SECRET`, read from ``TEST_DB_PASSWORD``
+    (which the caller sets)."""
+    return write_config(tmp_path, config={"summarize-openai": {"api_key_env": "TEST_DB_PASSWORD"}})
+
+
+def secret_history() -> list[dict[str, Any]]:
+    """The synthetic session with two later instructions quoting :data:`SECRET` (facts of the summary)."""
+    history = synthetic_history()
+    instruction = {"role": "user", "content": f"Connect with the password {SECRET} please."}
+    history[6:6] = [instruction]
+    history[-3:-3] = [instruction]
+    return history
+
+
+def leaked(text: str) -> bool:
+    """``text`` holds :data:`SECRET` as it is, or escaped for JSON or HTML."""
+    import html
+
+    return any(form in text for form in (SECRET, json.dumps(SECRET)[1:-1], html.escape(SECRET)))

@@ -89,6 +89,23 @@ def session(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def secret_cfg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A CLI config that registers ``cli_helpers.SECRET`` as a secret."""
+    from cli_helpers import SECRET, secret_config
+
+    monkeypatch.setenv("TEST_DB_PASSWORD", SECRET)
+    return secret_config(tmp_path)
+
+
+@pytest.fixture
+def secret_session(tmp_path: Path) -> Path:
+    """A synthetic session file whose later instructions quote ``cli_helpers.SECRET``."""
+    from cli_helpers import secret_history, write_jsonl
+
+    return write_jsonl(tmp_path / "sess.jsonl", secret_history())
+
+
+@pytest.fixture
 def in_time() -> Callable[..., Any]:
     """``run(fn, *args)``: ``fn(*args)`` in a forked child that must finish within 20 seconds; its
     result comes back (or its exception is raised). For inputs that once made a pattern backtrack

@@ -20,7 +20,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cli_helpers import ANSI, NOTICE, corpus_file, synthetic_history, write_config, write_jsonl
+from cli_helpers import ANSI, NOTICE, SECRET, corpus_file, leaked, synthetic_history, write_jsonl
 from progressive_compactor import ProgressiveCompactor
 from progressive_compactor.cli import app as cli_mod
 from progressive_compactor.cli.app import cli as main
@@ -190,32 +190,6 @@ def test_a_call_that_changed_nothing_is_never_a_zero_compression() -> None:
 
 # --- compact ----------------------------------------------------------------------------------
 
-SECRET = "hunter2\"p&s\\s<9>'x"
-"""A password registered through a ``*_env`` setting, holding every character JSON or HTML escapes."""
-
-
-@pytest.fixture
-def secret_cfg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TEST_DB_PASSWORD", SECRET)
-    return write_config(tmp_path, config={"summarize-openai": {"api_key_env": "TEST_DB_PASSWORD"}})
-
-
-@pytest.fixture
-def secret_session(tmp_path: Path) -> Path:
-    """The synthetic session with two later instructions quoting :data:`SECRET` (facts of the summary)."""
-    history = synthetic_history()
-    instruction = {"role": "user", "content": f"Connect with the password {SECRET} please."}
-    history[6:6] = [instruction]
-    history[-3:-3] = [instruction]
-    return write_jsonl(tmp_path / "sess.jsonl", history)
-
-
-def leaked(text: str) -> bool:
-    """``text`` holds :data:`SECRET` as it is, or escaped for JSON or HTML."""
-    import html
-
-    return any(form in text for form in (SECRET, json.dumps(SECRET)[1:-1], html.escape(SECRET)))
-
 
 def test_compact_writes_a_valid_view_and_the_exact_notice(tmp_path: Path, cfg: Path, session: Path) -> None:
     result = run("compact", session, "-c", cfg)
@@ -248,6 +222,31 @@ def test_compact_json_and_output_file(tmp_path: Path, cfg: Path, session: Path) 
     assert set(data) == {"view", "record"}
     assert data["record"]["tier"] in ("warn", "soft", "full", "emergency")
     assert data["record"]["tokens_after"] < data["record"]["tokens_before"]
+
+
+def test_compact_masks_secrets_before_json_escapes_them(tmp_path: Path, secret_cfg: Path, secret_session: Path) -> None:
+    out = tmp_path / "view.jsonl"
+    assert run("compact", secret_session, "-c", secret_cfg, "-o", out).exit_code == 0
+    view = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
+    tail = [m["content"] for m in view if m["role"] == "user" and m["content"].startswith("Connect")]
+    assert tail == ["Connect with the password [REDACTED] please."]  # the later instruction, in the tail
+    assert not leaked(out.read_text("utf-8"))
+    result = run("compact", secret_session, "-c", secret_cfg, "--json", "-s", "other")
+    assert result.exit_code == 0 and "password [REDACTED] please" in result.stdout
+    assert not leaked(result.stdout)
+
+
+def test_records_masks_secrets_a_record_was_written_with(
+    tmp_path: Path, secret_cfg: Path, secret_session: Path
+) -> None:
+    # written while the secret was not known (its variable unset): the record holds it
+    assert run("compact", secret_session, "-c", secret_cfg, env={"TEST_DB_PASSWORD": ""}).exit_code == 0
+    assert leaked((tmp_path / "records" / "sess.jsonl").read_text("utf-8"))
+    for options in (["--json"], ["--full"]):
+        for source in ("sess", tmp_path / "records" / "sess.jsonl"):
+            result = run("records", source, "-c", secret_cfg, *options)
+            assert result.exit_code == 0 and "[REDACTED]" in result.stdout, (source, options)
+            assert not leaked(result.output), (source, options)
 
 
 def test_missing_file(cfg: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cli_helpers import corpus_file, synthetic_history, write_config, write_jsonl
+from cli_helpers import corpus_file, leaked, synthetic_history, write_config, write_jsonl
 from progressive_compactor.cli.app import cli as main
 from progressive_compactor.converters import read_records_file as read_records
 from progressive_compactor.messages import messages_from_dicts
@@ -118,6 +118,24 @@ def test_report_with_keep_prints_commands_that_work(tmp_path: Path, cfg: Path, s
     handle = commands[0][0]
     shown = run("show", handle, "--data-dir", keep)
     assert shown.exit_code == 0 and shown.output.startswith("line 0 of file")
+
+
+def test_the_report_masks_secrets_before_html_escapes_them(
+    tmp_path: Path, secret_cfg: Path, secret_session: Path
+) -> None:
+    out = tmp_path / "r.html"
+    assert run("report", secret_session, "-c", secret_cfg, "-o", out).exit_code == 0
+    page = out.read_text("utf-8")
+    assert "Connect with the password [REDACTED] please." in html.unescape(page)  # a fact left out
+    assert not leaked(page)
+    # records written while the secret was not known (its variable unset) hold it: masked in the page
+    result = CliRunner().invoke(
+        main, ["compact", str(secret_session), "-c", str(secret_cfg)], env={"TEST_DB_PASSWORD": ""}
+    )
+    assert result.exit_code == 0 and leaked((tmp_path / "records" / "sess.jsonl").read_text("utf-8"))
+    assert run("report", tmp_path / "records" / "sess.jsonl", "-c", secret_cfg, "-o", out).exit_code == 0
+    page = out.read_text("utf-8")
+    assert "[REDACTED]" in page and not leaked(page)
 
 
 def test_view_figure_bands_window_raw_history_and_a_marker_per_compaction(tmp_path: Path, cfg: Path) -> None:

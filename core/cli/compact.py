@@ -39,17 +39,19 @@ def compact(
     from ..compactor import ProgressiveCompactor
     from ..converters import record_to_dict
     from ..notice import notice
+    from ..redaction import redact_data
 
     cfg = load_cli_config(config, context_window=context_window, data_dir=data_dir)
     messages = load_history(session_file)
     sid = session_id or (Path(session_file).stem if session_file != "-" else "stdin")
     with ProgressiveCompactor(cfg) as compactor:
         view, record = compactor.compact_with_record(messages, sid)
+    # secrets are masked before JSON escapes a character they may hold (escaped, they would not match)
+    redact = compactor.secrets.redact
     if as_json:
-        text = json_text({"view": view, "record": record_to_dict(record)}) + "\n"
+        text = json_text(redact_data({"view": view, "record": record_to_dict(record)}, redact)) + "\n"
     else:
-        text = "".join(json_text(m) + "\n" for m in view)
-    text = compactor.secrets.redact(text)
+        text = "".join(json_text(m) + "\n" for m in redact_data(view, redact))
     if output:
         write_output(output, text)
     else:

@@ -96,7 +96,7 @@ def records(
     """
     from ..converters import read_records_file, record_to_dict
     from ..notice import changed_view
-    from ..redaction import SecretRegistry, config_secrets
+    from ..redaction import SecretRegistry, config_secrets, redact_data
     from ..storage import resolve_data_dir
     from .render import Where, compaction_detail, details_hint, print_all, records_view
 
@@ -131,9 +131,10 @@ def records(
         lost = read_lost_facts(facts_path(resolve_data_dir(cfg.data_dir), session_or_file), redact)
     if number is not None and number > len(found):
         raise click.ClickException(f"there is no record {number}: {where} has {len(found)}")
+    found = redact_data(found, redact)  # records written before a secret was known: masked here
     if as_json:
         for record in found if number is None else [found[number - 1]]:
-            click.echo(redact(json_text(record_to_dict(record))))
+            click.echo(json_text(record_to_dict(record)))
         return
     if not found:
         click.echo(f"no records in {where}", err=True)

@@ -81,6 +81,7 @@ def replay_runs(
     from ..compactor import ProgressiveCompactor
     from ..lab import report as report_mod
     from ..lab.replay import isolated_config, replay_session
+    from ..redaction import redact_data
     from .inputs import load_history
     from .replay import replay_summary, session_ids
 
@@ -103,18 +104,17 @@ def replay_runs(
                 )
                 prices = compactor.config.pricing
             show = {"--data-dir": str(folder)} if keep else {}
-            out.append(
-                report_mod.from_replay(
-                    result,
-                    thresholds,
-                    title=sid,
-                    summary=replay_summary(sid, source, result),
-                    raw_tokens=raw,
-                    prices=prices,
-                    label=label,
-                    show=show,
-                )
+            data = report_mod.from_replay(
+                result,
+                thresholds,
+                title=sid,
+                summary=replay_summary(sid, source, result),
+                raw_tokens=raw,
+                prices=prices,
+                label=label,
+                show=show,
             )
+            out.append(redact_data(data, compactor.secrets.redact))
     return out
 
 
@@ -181,6 +181,7 @@ def report(
     """
     from ..converters import read_records_file
     from ..lab import report as report_mod
+    from ..redaction import redact_data
     from .render import make_console
     from .replay import work_folder
 
@@ -222,8 +223,10 @@ def report(
             raise click.ClickException(f"{path}: no readable records")
         folder = Path(path).absolute().parent.parent
         show = {"--data-dir": str(folder)} if (folder / "tool_results").is_dir() else {}
-        runs.append(report_mod.from_records(found, thresholds, title=Path(path).stem, show=show))
-    page = secrets.redact(report_mod.render_page(runs))
+        runs.append(
+            redact_data(report_mod.from_records(found, thresholds, title=Path(path).stem, show=show), secrets.redact)
+        )
+    page = report_mod.render_page(runs)  # every run's text masked before HTML escapes what a secret may hold
     write_output(target, page)
     size = len(page.encode("utf-8"))
     compactions = sum(len(r.compactions) for r in runs)
