@@ -223,6 +223,36 @@ def test_lean_requests_do_not_send_the_view(fake, tmp_path):
     assert [m["role"] for m in fake.requests[0].body["messages"]] == ["system", "user"]
 
 
+@pytest.mark.parametrize("requests, mode", [("lean", "delta"), ("lean", "whole"), ("cache-friendly", "whole")])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_requests_never_send_a_registered_secret(fake, tmp_path, monkeypatch, protocol, requests, mode):
+    """A password the compactor knows (here a state store's, named by dsn_env) is masked in what
+    the provider is sent, as in the view's summary and the records: the request, later
+    instructions, tool calls and results, the previous summary, the view of a cache-friendly one."""
+    secret = "Pg-Pr0d-Passw0rd-77-registered"
+    monkeypatch.setenv("APP_DSN", f"postgresql://app:{secret}@db.internal:5432/app")
+    settings = compactor_settings(fake.base_url, protocol, tmp_path, model="m", mode=mode)
+    settings["config"]["state-postgres"] = {"dsn_env": "APP_DSN"}
+    compactor = ProgressiveCompactor("classic", summary_requests=requests, **settings)
+    history = synthetic_history("SESSION-MARKER-dsn", FULL_ROUNDS)
+    history[1]["content"] += f" The database password is {secret} in case you need it."
+    history[2]["tool_calls"][0]["function"]["arguments"] = json.dumps({"command": f"psql --password {secret}"})
+    history[3]["content"] = f"connected with {secret}\n" + history[3]["content"]
+    history[4:4] = [{"role": "user", "content": f"Use {secret} for the staging database too."}]
+    _, first = compactor.compact_with_record(history, "s")
+    add_rounds(history, range(100, 110))
+    _, second = compactor.compact_with_record(history, "s")
+    compactor.close()
+
+    assert first.errors == () and first.summarizer_calls == 1 and second.summarizer_calls == 1
+    if requests == "cache-friendly":  # the second request repeats the view, which holds the secret
+        assert len(fake.requests[-1].body["messages"]) > 2
+    bodies = [r.raw.decode("utf-8") for r in fake.requests]
+    assert all("[REDACTED]" in body for body in bodies)
+    for body in bodies:
+        assert secret not in body and secret[:10] not in body and secret[-10:] not in body
+
+
 # --- faults -----------------------------------------------------------------------------------
 
 FAULTS = [

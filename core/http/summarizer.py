@@ -11,7 +11,9 @@ each created on first use and reused across calls (connection pooling).
 The API key is read from the environment variable named by ``api_key_env`` and registered with
 the compactor's :class:`~progressive_compactor.plugin.SecretRegistry`, which masks it in
 records and offloaded files; the plugin masks it in its own error messages as well. It is never
-stored in the config, so no repr or ``config show`` can print it.
+stored in the config, so no repr or ``config show`` can print it. What a request sends of the
+history (messages, the view of a cache-friendly request, the previous summary, the facts) has
+the registry's secrets masked too.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..hookspecs import hookimpl
 from ..messages import message_to_dict
 from ..models import SummaryRequest, SummaryResult
 from ..plugin_manager import PluginContext
-from ..redaction import SecretRegistry
+from ..redaction import SecretRegistry, redact_data
 from .prompt import (
     CHARS_PER_TOKEN,
     MAX_MESSAGE_CHARS,
@@ -239,6 +241,9 @@ class HttpSummarizer:
         return key
 
     def build_call(self, request: SummaryRequest) -> HttpCall:
+        api_key = self._api_key()  # registered before the request is masked: a key in the history is too
+        # the provider gets the history as the records and the view's summary have it: secrets masked
+        request = redact_data(request, self.secrets.redact)
         delta = self.config.mode == "delta"
         if request.view:  # cache-friendly: the view again, then the instruction
             conversation = [message_to_dict(m) for m in request.view]
@@ -256,7 +261,7 @@ class HttpSummarizer:
         headers = {
             "content-type": "application/json",
             "accept": "application/json",
-            **self.build_headers(self._api_key()),
+            **self.build_headers(api_key),
             **self.config.extra_headers,
         }
         return HttpCall(self.url, headers, json.dumps(body, ensure_ascii=False).encode("utf-8"))
