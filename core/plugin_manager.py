@@ -409,7 +409,7 @@ class Hooks:
         secrets: SecretRegistry | None = None,
     ):
         self.pm = pm
-        self.secrets = secrets or SecretRegistry()
+        self.secrets = secrets if secrets is not None else SecretRegistry()  # shared, even while empty
         self._h = pm.hook
         self._generation = -1
         self._direct: dict[str, list[_Impl] | None] = {}

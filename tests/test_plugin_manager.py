@@ -430,3 +430,21 @@ def test_the_installed_plugins_are_read_again_when_an_installation_changes_sys_p
     assert installed_plugins() == first  # nothing changed on sys.path: the answer is kept
     monkeypatch.syspath_prepend(str(tmp_path))  # a new folder, as an installation would add
     assert list(installed_plugins()) == ["x"]
+
+
+def test_a_failing_plugins_error_is_masked_with_a_secret_registered_after_the_start(make_compactor, caplog):
+    key = "rotated-key-0123456789abcdef"  # not a well-known format: only the registry knows it
+
+    class Quoting:
+        @hookimpl
+        def persist_record(self, record):
+            raise RuntimeError(f"the server rejected key {key}")
+
+    history = build_history([3000] * 6)
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("quoting", Quoting())])
+    assert len(compactor.secrets) == 0  # nothing registered when the hooks were set up
+    compactor.secrets.add(key)  # as a summarizer does when it first reads its key
+    with caplog.at_level("WARNING", logger="progressive_compactor"):
+        compactor.compact_with_record(history)
+    assert "persist_record of plugin quoting failed: RuntimeError: the server rejected key [REDACTED]" in caplog.text
+    assert key not in caplog.text
