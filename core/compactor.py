@@ -44,7 +44,7 @@ from .models import (
 from .options import keyword_plugins
 from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
 from .record_stamp import new_record_id, record_timestamp
-from .redaction import SecretRegistry, config_secrets
+from .redaction import SecretRegistry, config_registry
 from .session_cache import SessionCache
 from .tiers import Summarized, TierRunner, TurnWork
 from .tools import read_result
@@ -94,7 +94,7 @@ class ProgressiveCompactor:
             raise CompactorError("session_id must not be empty")
         self.config = config
         self.session_id = session_id
-        self.secrets = SecretRegistry(config_secrets(config))
+        self.secrets: SecretRegistry = config_registry(config)
         self.pm = get_plugin_manager(config, extra_plugins=extra, context=PluginContext(config, self.secrets))
         roles = config.plugins.roles()
         self.hooks = Hooks(self.pm, {tier: roles[role] for tier, role in TIER_ROLES.items()}, self.secrets)

@@ -150,6 +150,15 @@ class CompactorConfig:
     (the new messages cut short, the facts, the previous summary once); ``cache-friendly``
     repeats the view the provider has just cached and asks for the summary after it, so most of
     the request is billed at the cached price. Replays bill summaries the same way."""
+    mask_credentials: bool = True
+    """Besides the secrets the compactor knows (the values ``*_env`` settings name, passwords of
+    connection strings, keys plugins register), mask credentials of well-known formats in
+    everything written (offloaded results, records, state, logs, the compaction message, summary
+    requests, the command line's outputs): private keys, passwords of URLs, provider keys and
+    tokens by their prefixes (``sk-``, ``ghp_``, ``AKIA``...), ``Authorization`` credentials,
+    and values of settings named like secrets (``PASSWORD=``, ``"api_key": ...``) that hold a
+    digit or a symbol. ``False``: the known secrets only (an agent reads back offloaded results
+    as they were)."""
     data_dir: str | None = None
     """Where plugins keep files (``{data_dir}`` in their settings). Default: the environment
     variable ``COMPACTOR_DATA_DIR``, else a per-user data folder (``~/.local/share/...``)."""

@@ -7,6 +7,13 @@ the ``Authorization`` header (sometimes upper-cased), a truncation that cut the 
 kept its start before the cut and its end after it. So a key is masked wherever it appears in any
 letter case, and so is any piece of it of at least :data:`MIN_PIECE` characters that starts or
 ends it.
+
+Credentials nobody registered are masked too, by their well-known formats
+(:func:`mask_credentials`): an agent's tool prints an ``env`` dump, a ``.env`` file or a
+connection string, and the offloaded copy of it should not be a new copy of the user's keys. The
+patterns are conservative (a known prefix, a private key block, a URL's password, or the value of
+a setting named like a secret that holds a digit or a symbol); ``mask_credentials: false`` in the
+config turns them off.
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ MIN_PIECE = 10
 
 
 class SecretRegistry:
-    """Values that must never be written anywhere (API keys); :meth:`redact` masks them."""
+    """Values that must never be written anywhere (API keys); :meth:`redact` masks them, and
+    (``patterns``, the default) every credential of a well-known format (:func:`credential_spans`)."""
 
-    def __init__(self, values: Iterable[str] = ()) -> None:
+    def __init__(self, values: Iterable[str] = (), *, patterns: bool = True) -> None:
         self._values: list[str] = []
         self._pattern: re.Pattern[str] | None = None
+        self.patterns = patterns
         for value in values:
             self.add(value)
 
@@ -41,10 +50,11 @@ class SecretRegistry:
             self._values.append(value)
             pieces = set()
             for secret in self._values:
-                piece = min(MIN_PIECE, len(secret))
-                pieces.add(re.escape(secret[:piece]))
-                pieces.add(re.escape(secret[-piece:]))
-            self._pattern = re.compile("|".join(sorted(pieces, key=len, reverse=True)), re.IGNORECASE)
+                key = secret.lower()
+                piece = min(MIN_PIECE, len(key))
+                pieces.add(re.escape(key[:piece]))
+                pieces.add(re.escape(key[-piece:]))
+            self._pattern = re.compile("|".join(sorted(pieces, key=len, reverse=True)))
 
     def __bool__(self) -> bool:
         return bool(self._values)
@@ -54,27 +64,40 @@ class SecretRegistry:
         return len(self._values)
 
     def redact(self, text: str) -> str:
-        """``text`` with every registered secret, and every start or end of one, masked."""
-        if self._pattern is None or not text or self._pattern.search(text) is None:
+        """``text`` with every registered secret, and every start or end of one, masked in any
+        letter case; with ``patterns``, every credential of a well-known format as well."""
+        if not text or (self._pattern is None and not self.patterns):
             return text
-        lowered = text.lower()
-        if len(lowered) != len(text):  # a few characters lower-case to two: keep positions
-            lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
-        spans: list[tuple[int, int]] = []
-        for secret in self._values:
-            key = secret.lower()
-            piece = min(MIN_PIECE, len(key))
-            spans += _prefix_spans(lowered, key, piece)
-            spans += _suffix_spans(lowered, key, piece)
-        if not spans:
-            return text
-        out, last = [], 0
-        for start, end in _merged(spans):
-            out.append(text[last:start])
-            out.append(MASK)
-            last = end
-        out.append(text[last:])
-        return "".join(out)
+        lowered = _lowered(text)
+        spans = credential_spans(text, lowered) if self.patterns else []
+        if self._pattern is not None and self._pattern.search(lowered) is not None:
+            for secret in self._values:
+                key = secret.lower()
+                piece = min(MIN_PIECE, len(key))
+                spans += _prefix_spans(lowered, key, piece)
+                spans += _suffix_spans(lowered, key, piece)
+        return _masked(text, spans)
+
+
+def _lowered(text: str) -> str:
+    """``text`` in lower case, each character at its place (the few that lower-case to two stay)."""
+    lowered = text.lower()
+    if len(lowered) != len(text):
+        lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    return lowered
+
+
+def _masked(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each of ``spans`` (overlapping or not) replaced by :data:`MASK`."""
+    if not spans:
+        return text
+    out, last = [], 0
+    for start, end in _merged(spans):
+        out.append(text[last:start])
+        out.append(MASK)
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _prefix_spans(text: str, key: str, piece: int) -> list[tuple[int, int]]:
@@ -113,6 +136,93 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((start, end))
     return out
+
+
+# --- credentials nobody registered, by their format --------------------------------------------
+
+_VALUE = r"""[^\s"'`,;&<>(){}\[\]\\]"""
+"""A character of a secret's value: never a quote or a backslash, so that masking JSON text
+(a record, a state file) never breaks one of its strings or escapes."""
+_SETTING_VALUE = (
+    r"""\\?["']?[ \t]*[=:][ \t]*\\?["']?"""  # = or :, quoted or not, on the same line
+    r"(?=[a-z_.-]{0,256}[0-9!#$%*+/:=?@^|~])"  # a digit or a symbol: not a word, not an identifier
+    rf"(?!(?:[a-z_][a-z0-9_]{{0,64}}\.){{1,8}}[a-z_][a-z0-9_]{{0,64}}(?!{_VALUE}))"  # not module.attribute
+    rf"(?!\*+(?!{_VALUE}))"  # not masked already (********)
+    rf"(?=(?P<value>{_VALUE}{{8,256}}))(?P<secret>(?P=value))(?![(\[])"  # not a call or an index
+)
+# Each pattern starts with a literal, which Python's re finds fast, and scans a bounded length
+# from it (the time stays linear in the text's length whatever it holds); the text is masked in
+# group ``secret``. The first are matched against the text as it is, the others in lower case.
+_CASED = tuple(
+    re.compile(pattern)
+    for pattern in (
+        # the key of a PEM private key block (its BEGIN and END lines are kept)
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?P<secret>[^\"-]*(?:-(?!----)[^\"-]*)*)-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+        # the password of a URL: postgresql://user:secret@host/db (not one masked already, user:***@)
+        r"://[^\s:/@\"'\\<>]{0,256}:(?!\*+@)(?P<secret>[^\s@/\"'\\<>]{1,256})@",
+        # provider keys and tokens by their prefixes: OpenAI and Anthropic (sk-, sk-proj-, sk-ant-), GitHub,
+        # GitLab, Slack, AWS access key ids, Google API keys, Stripe, Hugging Face, npm; JSON Web Tokens
+        *(
+            rf"(?P<secret>{prefix}(?<![A-Za-z0-9_-]{prefix}){rest})(?![A-Za-z0-9_-])"
+            for prefix, rest in (
+                ("sk-", r"(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}"),
+                ("gh", r"[pousr]_[A-Za-z0-9]{36,}"),
+                ("github_pat_", r"[A-Za-z0-9_]{22,}"),
+                ("glpat-", r"[A-Za-z0-9_-]{20,}"),
+                ("xox", r"[abposr]-[A-Za-z0-9-]{10,}"),
+                ("AKIA", r"[0-9A-Z]{16}"),
+                ("ASIA", r"[0-9A-Z]{16}"),
+                ("AIza", r"[0-9A-Za-z_-]{35}"),
+                ("sk_", r"(?:live|test)_[0-9A-Za-z]{20,}"),
+                ("rk_", r"(?:live|test)_[0-9A-Za-z]{20,}"),
+                ("hf_", r"[A-Za-z0-9]{34,}"),
+                ("npm_", r"[A-Za-z0-9]{36}"),
+                ("eyJ", r"[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+            )
+        ),
+    )
+)
+_FOLDED = tuple(
+    re.compile(pattern)
+    for pattern in (
+        # an Authorization header's credentials: Bearer, Basic, Token (GitHub's)
+        *(
+            rf"{scheme}(?<![a-z0-9_]{scheme})[ \t]+(?=[a-z._~+/-]*[0-9])(?P<secret>[a-z0-9._~+/-]{{16,}}=*)"
+            for scheme in ("bearer", "basic", "token")
+        ),
+        # the value of a setting named like a secret (PASSWORD=..., "api_key": "...", client_secret: ...):
+        # at least 8 characters on the same line, with a digit or a symbol; code is left alone
+        # (password=password, token: str, secret=get_secret(), api_key=os.environ["API_KEY"])
+        *(
+            rf"{name}(?![a-z0-9_]){_SETTING_VALUE}"
+            for name in (
+                "password",
+                "passwd",
+                "secret(?:[_-]?key)?",
+                "token",
+                "api[_-]?key",
+                "access[_-]?key",
+                "private[_-]?key",
+            )
+        ),
+    )
+)
+
+
+def credential_spans(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
+    """Where ``text`` holds a credential of a well-known format: a private key block, a URL's
+    password, a provider key or token by its prefix (``sk-``, ``ghp_``, ``AKIA``...), the
+    credentials of an ``Authorization`` header, the value of a setting named like a secret.
+    ``lowered``: ``text`` in lower case, each character at its place (computed when not given)."""
+    lowered = _lowered(text) if lowered is None else lowered
+    spans = [m.span("secret") for pattern in _CASED for m in pattern.finditer(text)]
+    spans += [m.span("secret") for pattern in _FOLDED for m in pattern.finditer(lowered)]
+    return spans
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with every credential :func:`credential_spans` finds masked."""
+    return _masked(text, credential_spans(text))
 
 
 def redact_data(value: Any, redact: Callable[[str], str]) -> Any:
@@ -206,12 +316,21 @@ def config_secrets(config: Any) -> list[str]:
     return found
 
 
+def config_registry(config: Any) -> SecretRegistry:
+    """The registry of a compactor built from ``config``: the secrets it names
+    (:func:`config_secrets`), and the credential patterns unless ``mask_credentials`` is false."""
+    return SecretRegistry(config_secrets(config), patterns=getattr(config, "mask_credentials", True))
+
+
 __all__ = [
     "MASK",
     "SECRET_KEY",
     "SecretRegistry",
+    "config_registry",
     "config_secrets",
     "connection_passwords",
+    "credential_spans",
+    "mask_credentials",
     "mask_passwords",
     "redact_data",
     "secret_setting",

@@ -478,6 +478,22 @@ class StoreContract:
         if backend.password:
             assert backend.password not in stored
 
+    def test_credentials_nobody_registered_are_never_stored(self, backend):
+        from credentials import CREDENTIALS, DUMP, leaked
+
+        assert leaked(DUMP) == list(CREDENTIALS)
+
+        history = build_history([6000] * 8, request=f"deploy with {CREDENTIALS['GitHub token']}")
+        first_result = next(i for i, m in enumerate(history) if m["role"] == "tool")
+        history[first_result] = {**history[first_result], "content": DUMP + "y" * 6000}
+        compactor = backend.compactor(context_window=window_for(history, 0.85))
+        view, record = compactor.compact_with_record(history, "credentials")
+        assert record.tier is CompactionTier.FULL and record.offloaded
+        stored = backend.raw()
+        assert "AWS_SECRET_ACCESS_KEY=[REDACTED]" in stored
+        assert leaked(stored) == []
+        assert leaked(compactor.read_tool_result(record.offloaded[0].handle)) == []
+
     def test_sessions_are_listed_and_deleted_everywhere(self, backend):
         history = warn_history()
         compactor = backend.compactor(context_window=window_for(history, 0.65))

@@ -120,14 +120,14 @@ def test_a_long_run_of_spaces_in_a_heading_is_read_at_once(in_time):
 
 def test_a_compaction_message_is_built_once_per_content_and_secrets(make_compactor):
     compactor = make_compactor()
-    state = SessionState(covered=3, summary="the key sk-live-0123456789abcdef was used", anchors=empty_anchors())
+    state = SessionState(covered=3, summary="the key live-key-0123456789abcdef was used", anchors=empty_anchors())
     first = compactor._tiers.compaction_message("s", state)
     assert compactor._tiers.compaction_message("s", attrs.evolve(state, version=7)) is first  # same content
     assert compactor._tiers.compaction_message("s", attrs.evolve(state, covered=4)) is not first
     assert text_of(compactor._tiers.compaction_message("s", state)) == text_of(first)
-    compactor.secrets.add("sk-live-0123456789abcdef")  # registered later (a rotated API key)
+    compactor.secrets.add("live-key-0123456789abcdef")  # registered later (a rotated API key)
     again = compactor._tiers.compaction_message("s", state)
-    assert "sk-live-0123456789abcdef" in text_of(first) and "sk-live" not in text_of(again)
+    assert "live-key-0123456789abcdef" in text_of(first) and "live-key" not in text_of(again)
 
 
 def test_format_and_parse_round_trip():

@@ -8,12 +8,13 @@ import json
 import os
 import stat
 import threading
+from pathlib import Path
 
 import pytest
 
 from progressive_compactor import CompactionTier, CompactorError, ProgressiveCompactor, hookimpl
 from progressive_compactor.plugin import PLACEHOLDER_PREFIX
-from progressive_compactor.testing import FixedPolicy, filler, problems, tool_call
+from progressive_compactor.testing import FixedPolicy, filler, problems, tool_call, window_for
 from timeouts import no_hang
 
 PASSED = "all 120 tests passed\n" + filler(5000, "a")
@@ -188,6 +189,40 @@ def test_a_key_planted_everywhere_reaches_no_file_the_compactor_or_the_cli_write
     assert any("state" in str(p) for p in files) and any("tool_results" in str(p) for p in files)
     for path in files:
         assert leaks(path.read_text("utf-8", "replace")) == [], f"the key leaked into {path}"
+
+
+@pytest.mark.parametrize("mask", [True, False], ids=["masked", "mask_credentials-false"])
+def test_credentials_nobody_registered_reach_no_file_unless_the_setting_is_off(make_compactor, tmp_path, mask):
+    from credentials import CREDENTIALS, DUMP, leaked
+
+    history = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Deploy it."}]
+    for i in range(8):
+        text = DUMP + filler(1500, "env") if i == 1 else DUMP if i == 3 else filler(1500, f"r{i}")
+        history += [call(f"c{i}", "env"), result(f"c{i}", text)]
+    push = f"Push with {CREDENTIALS['GitHub token']} and SMTP_PASSWORD={CREDENTIALS['password setting']} now."
+    history += [{"role": "user", "content": push}, *filler_turns("z")]
+    compactor = make_compactor(
+        context_window=window_for(history, 0.85),
+        offload_threshold=1000,
+        mask_credentials=mask,
+        plugins={"state": "state-files"},
+    )
+    view, record = compactor.compact_with_record(history, "s1")
+    assert record.tier is CompactionTier.FULL and record.offloaded and record.summarized
+    files = {str(p.relative_to(tmp_path)): p.read_text("utf-8") for p in tmp_path.rglob("*") if p.is_file()}
+    assert {name.split("/")[0] for name in files} >= {"tool_results", "records", "state"}
+    dump = next(e for e in record.offloaded if e.tool_call_id == "c1")
+    offloaded = files[str(Path(dump.path).relative_to(tmp_path))]
+    if not mask:  # the documented opt-out: the agent reads its results back as they were
+        assert leaked(offloaded) == list(CREDENTIALS)
+        return
+    for name, text in files.items():
+        assert leaked(text) == [], f"{name} holds {leaked(text)}"
+    assert "AWS_SECRET_ACCESS_KEY=[REDACTED]" in offloaded and "postgresql://app:[REDACTED]@db.internal" in offloaded
+    assert "-----BEGIN RSA PRIVATE KEY-----[REDACTED]-----END RSA PRIVATE KEY-----" in offloaded
+    assert "HOME=/home/dev" in offloaded  # the rest of the dump is kept
+    assert leaked(compactor.read_tool_result(dump.handle)) == []
+    assert leaked(json.dumps(view[:3])) == []  # the compaction message: the later instruction is a fact of it
 
 
 # --- 3. symbolic links under the data folder are never followed ------------------------------

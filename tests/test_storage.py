@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from progressive_compactor.converters import read_records_file
 from progressive_compactor.errors import StorageError
-from progressive_compactor.redaction import MASK, SecretRegistry
+from progressive_compactor.redaction import MASK, SecretRegistry, mask_credentials
 from progressive_compactor.storage import (
     append_line,
     create_private,
@@ -316,6 +318,99 @@ def test_secret_settings_and_every_extra_header_are_registered(monkeypatch):
         "client-secret-value",
         "plain-password",
     }
+
+
+# --- credentials nobody registered --------------------------------------------------------------
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+FOUND = [
+    # (text, the credential in it)
+    ("OPENAI_API_KEY=sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+    (
+        "key: sk-ant-api03-Xy9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789.",
+        "sk-ant-api03-Xy9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    ),
+    (
+        "remote: https://x-access:ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com",
+        "ghp_16C7e42F292c6912E7710c838347",
+    ),
+    ("Authorization: token github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "github_pat_11ABCDEFG0123456789"),
+    ("aws_access_key_id = AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("SLACK_BOT_TOKEN=xoxb-123456789012-abcdefABCDEF", "xoxb-123456789012-abcdefABCDEF"),
+    ("maps?key=AIzaSyA1234567890abcdefghijklmnopqrstuv", "AIzaSyA1234567890abcdefghijklmnopqrstuv"),
+    ("stripe.api_key = 'sk_live_51H8abcdefghijklmnopqrstuv'", "sk_live_51H8abcdefghijklmnopqrstuv"),
+    (f"Cookie: session={JWT}", JWT),
+    ("curl -H 'Authorization: Bearer eAbCdEf0123456789GhIjKlMn' https://api", "eAbCdEf0123456789GhIjKlMn"),
+    ("DATABASE_URL=postgresql://app:hunter2-prod-pw@db.internal:5432/prod", "hunter2-prod-pw"),
+    ("redis://:S3cr3t!pass@cache:6379/0", "S3cr3t!pass"),
+    ("host=db user=app password=Tr0ub4dor!3x dbname=prod", "Tr0ub4dor!3x"),
+    ('{"username": "app", "password": "Tr0ub4dor!3x"}', "Tr0ub4dor!3x"),
+    ("  client_secret: 8f3c2a91-77d4-4c1e-9b2a-0d6e5f4c3b2a", "8f3c2a91-77d4-4c1e-9b2a-0d6e5f4c3b2a"),
+    ('SECRET_KEY = "django-insecure-9x#k2m@p4q"', "django-insecure-9x#k2m@p4q"),
+    (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nBG5vbmUAAAAEbm9uZQ==\n-----END OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAA",
+    ),
+]
+ORDINARY = [
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b\nAuthor: Dev <dev@example.com>\nMerge: 1a2b3c4 5d6e7f8",
+    "session 123e4567-e89b-12d3-a456-426614174000 started; request_id=9b2a0d6e-5f4c-3b2a-8f3c-2a9177d44c1e",
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855  README.md",
+    '"integrity": "sha512-Dj5FEdMx/1cnR6uUWMvYHuwRk0DX1PFy8YkyxwbaNLRGAvPtTzQWjH1lzS1uxozuKJTFTvr6mhQwUKOfB0ytGw=="',
+    "image: python@sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    "SGVsbG8sIHdvcmxkISBUaGlzIGlzIGp1c3QgYSBtZXNzYWdlIGluIGJhc2U2NC4=",
+    'password = request.POST["password"]\nif not check_password(password, user.password_hash):\n    raise AuthError',
+    "def login(user: str, password: str, token: Optional[str] = None) -> Token:\n    self.password = password",
+    'client = OpenAI(api_key=os.environ["OPENAI_API_KEY"])\ntoken = tokens[0]\nsecret = get_secret()',
+    "response = client.chat(max_tokens=4096, temperature=0.2)  # token: 5 per word",
+    "tests/test_auth.py::test_token_expiry PASSED\nE   AssertionError: invalid token: expected 3 parts",
+    "scikit-learn==1.4.0\nsk-learn is not a package\ntask-runner-abcdefghijklmnop",
+    "git@github.com:org/repo.git\nhttps://registry.npmjs.org:443/@types/node\nhttps://example.com/a?b=c",
+    "-rw-r--r--  1 dev staff  4096 Jan  2 10:11 .env.example\ndrwx------  5 dev staff   160 token_cache",
+    "styles = {Token: '#cccccc', Comment: '#75715e'}\nAPI_KEY=your_api_key_here\nPASSWORD=changeme",
+    "postgresql://app:***@db:5432/agents password=*** [REDACTED]",
+]
+
+
+@pytest.mark.parametrize("text, credential", FOUND, ids=[t.split("=")[0].split(":")[0][:24] for t, _ in FOUND])
+def test_credentials_of_well_known_formats_are_masked_though_nobody_registered_them(text, credential):
+    masked = SecretRegistry().redact(text)
+    assert credential not in masked and MASK in masked
+    assert SecretRegistry(patterns=False).redact(text) == text  # mask_credentials: false
+    assert mask_credentials(masked) == masked  # masking again changes nothing
+
+
+@pytest.mark.parametrize("text", ORDINARY, ids=range(len(ORDINARY)))
+def test_ordinary_text_code_hashes_and_ids_are_not_masked(text):
+    assert SecretRegistry().redact(text) == text
+
+
+def test_masking_json_text_leaves_valid_json():
+    # the writers mask records and state after serialising them too: quotes and escapes stay whole
+    data = {f"k{i}": text for i, (text, _) in enumerate(FOUND)} | {"q": 'password="Tr0ub4dor!3x\\"', "n": "a\\"}
+    masked = mask_credentials(json.dumps(data))
+    assert all(credential not in masked for _, credential in FOUND)
+    assert set(json.loads(masked)) == set(data)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password=" * 100_000 + "(",
+        "-----BEGIN PRIVATE KEY-----\n" * 30_000,
+        "://x:" * 200_000,
+        "token " * 200_000,
+        " sk-" + "a" * 1_000_000,
+        "password=" + "a." * 500_000,
+    ],
+    ids=["settings", "key blocks", "urls", "schemes", "prefix", "dotted"],
+)
+def test_masking_takes_linear_time_whatever_the_text(text):
+    started = time.perf_counter()
+    mask_credentials(text)
+    assert time.perf_counter() - started < 2.0  # about 20 ms a megabyte; quadratic would take minutes
 
 
 def test_the_registry_is_part_of_the_plugin_api_and_of_the_testing_helpers():

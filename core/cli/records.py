@@ -96,12 +96,12 @@ def records(
     """
     from ..converters import read_records_file, record_to_dict
     from ..notice import changed_view
-    from ..redaction import SecretRegistry, config_secrets, redact_data
+    from ..redaction import config_registry, redact_data
     from ..storage import resolve_data_dir
     from .render import Where, compaction_detail, details_hint, print_all, records_view
 
     cfg = load_cli_config(config, data_dir=data_dir)
-    redact = SecretRegistry(config_secrets(cfg)).redact
+    redact = config_registry(cfg).redact
     show_dir = os.path.abspath(os.path.expanduser(data_dir)) if data_dir else None
     if _is_records_file(session_or_file):
         path = Path(session_or_file).expanduser()
