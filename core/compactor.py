@@ -391,7 +391,7 @@ class ProgressiveCompactor:
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
             errors=tuple(map(redact, work.errors)) if work.errors else (),
             fallback=work.fallback,
-            escalations=tuple(work.escalations),
+            escalations=tuple(map(redact, work.escalations)),
             variant=self.config.variant,
             requested_tier=requested if requested != tier else None,
             plugins=self._plugin_names,

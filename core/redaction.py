@@ -70,13 +70,25 @@ class SecretRegistry:
             return text
         lowered = _lowered(text)
         spans = credential_spans(text, lowered) if self.patterns else []
+        return _masked(text, spans + self._registered_spans(lowered))
+
+    def redact_registered(self, text: str) -> str:
+        """``text`` with the registered secrets masked (not the credentials by format): for text
+        made of parts :meth:`redact` has masked already (a record, a session's state, the
+        compaction message), in which only a secret registered since may be new."""
+        if not text or self._pattern is None:
+            return text
+        return _masked(text, self._registered_spans(_lowered(text)))
+
+    def _registered_spans(self, lowered: str) -> list[tuple[int, int]]:
+        spans: list[tuple[int, int]] = []
         if self._pattern is not None and self._pattern.search(lowered) is not None:
             for secret in self._values:
                 key = secret.lower()
                 piece = min(MIN_PIECE, len(key))
                 spans += _prefix_spans(lowered, key, piece)
                 spans += _suffix_spans(lowered, key, piece)
-        return _masked(text, spans)
+        return spans
 
 
 def _lowered(text: str) -> str:
@@ -153,17 +165,22 @@ _SETTING_VALUE = (
 # Each pattern starts with a literal, which Python's re finds fast, and scans a bounded length
 # from it (the time stays linear in the text's length whatever it holds); the text is masked in
 # group ``secret``. The first are matched against the text as it is, the others in lower case.
+# Each comes with a literal the text must hold for it to match: most texts hold none, and looking
+# for a literal costs a fraction of starting a pattern's search.
 _CASED = tuple(
-    re.compile(pattern)
-    for pattern in (
+    (literal, re.compile(pattern))
+    for literal, pattern in (
         # the key of a PEM private key block (its BEGIN and END lines are kept)
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?P<secret>[^\"-]*(?:-(?!----)[^\"-]*)*)-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+        (
+            "PRIVATE KEY-----",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?P<secret>[^\"-]*(?:-(?!----)[^\"-]*)*)-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+        ),
         # the password of a URL: postgresql://user:secret@host/db (not one masked already, user:***@)
-        r"://[^\s:/@\"'\\<>]{0,256}:(?!\*+@)(?P<secret>[^\s@/\"'\\<>]{1,256})@",
+        ("://", r"://[^\s:/@\"'\\<>]{0,256}:(?!\*+@)(?P<secret>[^\s@/\"'\\<>]{1,256})@"),
         # provider keys and tokens by their prefixes: OpenAI and Anthropic (sk-, sk-proj-, sk-ant-), GitHub,
         # GitLab, Slack, AWS access key ids, Google API keys, Stripe, Hugging Face, npm; JSON Web Tokens
         *(
-            rf"(?P<secret>{prefix}(?<![A-Za-z0-9_-]{prefix}){rest})(?![A-Za-z0-9_-])"
+            (prefix, rf"(?P<secret>{prefix}(?<![A-Za-z0-9_-]{prefix}){rest})(?![A-Za-z0-9_-])")
             for prefix, rest in (
                 ("sk-", r"(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}"),
                 ("gh", r"[pousr]_[A-Za-z0-9]{36,}"),
@@ -183,26 +200,26 @@ _CASED = tuple(
     )
 )
 _FOLDED = tuple(
-    re.compile(pattern)
-    for pattern in (
+    (literal, re.compile(pattern))
+    for literal, pattern in (
         # an Authorization header's credentials: Bearer, Basic, Token (GitHub's)
         *(
-            rf"{scheme}(?<![a-z0-9_]{scheme})[ \t]+(?=[a-z._~+/-]*[0-9])(?P<secret>[a-z0-9._~+/-]{{16,}}=*)"
+            (scheme, rf"{scheme}(?<![a-z0-9_]{scheme})[ \t]+(?=[a-z._~+/-]*[0-9])(?P<secret>[a-z0-9._~+/-]{{16,}}=*)")
             for scheme in ("bearer", "basic", "token")
         ),
         # the value of a setting named like a secret (PASSWORD=..., "api_key": "...", client_secret: ...):
         # at least 8 characters on the same line, with a digit or a symbol; code is left alone
         # (password=password, token: str, secret=get_secret(), api_key=os.environ["API_KEY"])
         *(
-            rf"{name}(?![a-z0-9_]){_SETTING_VALUE}"
-            for name in (
-                "password",
-                "passwd",
-                "secret(?:[_-]?key)?",
-                "token",
-                "api[_-]?key",
-                "access[_-]?key",
-                "private[_-]?key",
+            (literal, rf"{name}(?![a-z0-9_]){_SETTING_VALUE}")
+            for literal, name in (
+                ("password", "password"),
+                ("passwd", "passwd"),
+                ("secret", "secret(?:[_-]?key)?"),
+                ("token", "token"),
+                ("api", "api[_-]?key"),
+                ("access", "access[_-]?key"),
+                ("private", "private[_-]?key"),
             )
         ),
     )
@@ -215,8 +232,8 @@ def credential_spans(text: str, lowered: str | None = None) -> list[tuple[int, i
     credentials of an ``Authorization`` header, the value of a setting named like a secret.
     ``lowered``: ``text`` in lower case, each character at its place (computed when not given)."""
     lowered = _lowered(text) if lowered is None else lowered
-    spans = [m.span("secret") for pattern in _CASED for m in pattern.finditer(text)]
-    spans += [m.span("secret") for pattern in _FOLDED for m in pattern.finditer(lowered)]
+    spans = [m.span("secret") for literal, pattern in _CASED if literal in text for m in pattern.finditer(text)]
+    spans += [m.span("secret") for literal, pattern in _FOLDED if literal in lowered for m in pattern.finditer(lowered)]
     return spans
 
 
@@ -229,16 +246,40 @@ def redact_data(value: Any, redact: Callable[[str], str]) -> Any:
     """``value`` with ``redact`` applied to every string in it: the values of mappings, lists and
     tuples and the fields of attrs instances, walked recursively (mapping keys and other values
     as they are). Data is redacted this way *before* it is serialised: JSON escapes ``"`` and
-    ``\\``, HTML ``& < > " '``, and a secret holding one no longer matches once escaped."""
+    ``\\``, HTML ``& < > " '``, and a secret holding one no longer matches once escaped. Its
+    strings are looked at together first, one a line: most data holds no secret, and then
+    ``value`` itself comes back."""
+    strings: list[str] = []
+    _strings(value, strings)
+    joined = "\n".join(strings)
+    return value if redact(joined) == joined else _redact_each(value, redact)
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    if type(value) is str:
+        out.append(value)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _strings(v, out)
+    elif type(value) in (list, tuple):
+        for v in value:
+            _strings(v, out)
+    elif attrs.has(type(value)):
+        for f in attrs.fields(type(value)):
+            if f.init:
+                _strings(getattr(value, f.name), out)
+
+
+def _redact_each(value: Any, redact: Callable[[str], str]) -> Any:
     if type(value) is str:
         return redact(value)
     if isinstance(value, Mapping):
-        return {k: redact_data(v, redact) for k, v in value.items()}
+        return {k: _redact_each(v, redact) for k, v in value.items()}
     if type(value) in (list, tuple):
-        return type(value)(redact_data(v, redact) for v in value)
+        return type(value)(_redact_each(v, redact) for v in value)
     if attrs.has(type(value)):
         fields = attrs.fields(type(value))
-        return attrs.evolve(value, **{f.alias: redact_data(getattr(value, f.name), redact) for f in fields if f.init})
+        return attrs.evolve(value, **{f.alias: _redact_each(getattr(value, f.name), redact) for f in fields if f.init})
     return value
 
 

@@ -45,7 +45,7 @@ from .models import (
     TurnContext,
 )
 from .plugin_manager import Hooks
-from .redaction import SecretRegistry
+from .redaction import SecretRegistry, redact_data
 from .session_cache import SessionCache
 from .usage import CorrectedHooks, corrected
 
@@ -213,7 +213,8 @@ class TierRunner:
         work.tokens_in += result.tokens_in or 0
         work.tokens_out += result.tokens_out or 0
         work.tokens_in_cached += result.tokens_in_cached or 0
-        parsed = self.hooks.parse_anchors(result.text) or anchor_fns.parse_markdown(result.text)
+        text = self.secrets.redact(result.text)  # masked as it enters the state
+        parsed = self.hooks.parse_anchors(text) or anchor_fns.parse_markdown(text)
         if parsed.missing and not result.delta:  # a delta leaves out what the new messages do not change
             work.errors.append(
                 "anchor parsing incomplete: " + ", ".join(t.value for t in parsed.missing) + " set to N/A"
@@ -331,11 +332,10 @@ class TierRunner:
             entry = previous.offloaded.get(str(position))
             if entry is not None and entry.handle not in handles:
                 handles.append(entry.handle)
-        redact = self.secrets.redact
-        return attrs.evolve(
+        return attrs.evolve(  # summary and anchors are made of masked parts: the state's, the facts, the summary
             previous,
-            summary=redact(summary) if summary else None,
-            anchors=tuple(Anchor(a.type, redact(a.content)) for a in anchors),
+            summary=summary or None,
+            anchors=tuple(anchors),
             covered=covered,
             covered_fingerprint=cache.prefix_fingerprint(covered),
             offloaded={k: e for k, e in previous.offloaded.items() if int(k) >= covered},
@@ -432,9 +432,11 @@ class TierRunner:
             covered=state.covered,
             handles=handles,
             older_handles=len(state.dropped_handles) - len(handles),
-            todo=todo,
+            todo=[self.secrets.redact(line) for line in todo],
         )
-        message = Message(role="user", content=self.secrets.redact(text))
+        # The state's texts were masked when they entered it (``_covering``); the todo list is a
+        # plugin's, masked here; the whole again for a secret registered since.
+        message = Message(role="user", content=self.secrets.redact_registered(text))
         self._last_message = (key, message)
         return message
 
@@ -467,7 +469,8 @@ class TierRunner:
         result's placeholder no longer shows the error line that its full text has."""
         stable = min(count, work.stable)
         originals = cache.originals(work.state.covered, stable, work.uncovered[stable:count])
-        return extract_facts(originals, intent_limit=self.config.intent_max_chars, request=cache.first_request)
+        facts = extract_facts(originals, intent_limit=self.config.intent_max_chars, request=cache.first_request)
+        return redact_data(facts, self.secrets.redact)  # masked as they enter the summary and its request
 
     def _least_compaction_tokens(self, cache: SessionCache, work: TurnWork, count: int, facts: Facts) -> int:
         """Tokens of the smallest view head a summary of ``count`` more messages can leave: the

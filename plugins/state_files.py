@@ -126,7 +126,7 @@ class FileState:
             data = json.loads(state_to_json(state))
             data["session_id"] = session_id
             path = self.path_for(session_id)
-            text = self.context.secrets.redact(json.dumps(data, ensure_ascii=False))
+            text = self.context.secrets.redact_registered(json.dumps(data, ensure_ascii=False))  # masked by the core
             write_private(path, text.encode("utf-8", "surrogatepass"), self.top)
             key = self._stat_key(path)
             if key is not None:

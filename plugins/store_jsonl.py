@@ -56,7 +56,7 @@ class JsonlStore:
     def persist_record(self, record: CompactionRecord) -> None:
         if not (self.config.record_none or changed_view(record)):
             return
-        line = self.context.secrets.redact(record_to_json(record))
+        line = self.context.secrets.redact_registered(record_to_json(record))  # the core masked its texts
         append_line(self.path_for(record.session_id), line, self.top)
 
     @hookimpl(trylast=True)

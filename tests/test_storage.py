@@ -13,7 +13,8 @@ import pytest
 
 from progressive_compactor.converters import read_records_file
 from progressive_compactor.errors import StorageError
-from progressive_compactor.redaction import MASK, SecretRegistry, mask_credentials
+from progressive_compactor.models import Anchor, AnchorType
+from progressive_compactor.redaction import MASK, SecretRegistry, mask_credentials, redact_data
 from progressive_compactor.storage import (
     append_line,
     create_private,
@@ -281,6 +282,27 @@ def test_a_start_or_an_end_of_a_secret_cut_by_truncation_is_masked():
     assert secrets.redact(f"key={KEY[:14]}[... cut ...]") == f"key={MASK}[... cut ...]"
     assert secrets.redact(f"...{KEY[-12:]} end") == f"...{MASK} end"
     assert KEY[:9] in secrets.redact(f"x {KEY[:9]} y")  # shorter than a piece: ordinary text
+
+
+def test_text_made_of_masked_parts_is_masked_again_for_registered_secrets_alone():
+    """A record, a state or the compaction message is made of texts masked as they came in: only
+    a secret registered since may be new in it, and formats are not searched again."""
+    secrets = SecretRegistry([KEY])
+    aws = "AKIAIOSFODNN7EXAMPLE"
+    assert secrets.redact(f"{KEY} {aws}") == f"{MASK} {MASK}"
+    assert secrets.redact_registered(f"{KEY} {aws}") == f"{MASK} {aws}"
+    assert SecretRegistry().redact_registered(f"{KEY}") == KEY
+
+
+def test_data_is_masked_string_by_string_and_comes_back_as_it_is_when_nothing_is_masked():
+    secrets = SecretRegistry([KEY])
+    clean = {"a": ["x", ("y", 1)], "b": Anchor(AnchorType.NEXT_STEP, "run the tests")}
+    assert redact_data(clean, secrets.redact) is clean
+    dirty = {"a": ["x", (f"key {KEY}", 1)], "b": Anchor(AnchorType.NEXT_STEP, f"use {KEY}")}
+    assert redact_data(dirty, secrets.redact) == {
+        "a": ["x", (f"key {MASK}", 1)],
+        "b": Anchor(AnchorType.NEXT_STEP, f"use {MASK}"),
+    }
 
 
 def test_short_values_are_not_registered():

@@ -107,7 +107,7 @@ class DatabaseState(_DatabasePlugin):
     @hookimpl(trylast=True)
     def save_state(self, session_id: str, state: SessionState) -> bool:
         raw = state_to_json(state)
-        text = self.context.secrets.redact(raw)
+        text = self.context.secrets.redact_registered(raw)  # the core masked its texts
         stamp = new_stamp()
         if not self.db.save_state(session_id, state.version, stamp, encode(text)):
             return False
@@ -127,7 +127,7 @@ class DatabaseRecords(_DatabasePlugin):
     def persist_record(self, record: CompactionRecord) -> None:
         if not (getattr(self.config, "record_none", False) or changed_view(record)):
             return
-        text = storable_json(self.context.secrets.redact(record_to_json(record)))
+        text = storable_json(self.context.secrets.redact_registered(record_to_json(record)))
         self.db.add_record(record.id, record.session_id, text)
 
     @hookimpl(trylast=True)
