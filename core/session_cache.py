@@ -126,6 +126,7 @@ class SessionCache:
         """Where the user's request is in ``settled``: once a summary covers it, the view carries
         it as a message of its own after the system message (:meth:`pinned_for`)."""
         self._pinned: tuple[Message, dict[str, Any], int] | None = None
+        self._masked_request: tuple[str | None, str | None] | None = None
         self._fingerprints: dict[int, str] = {}
         self._chain: list[int] = []
         """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
@@ -173,11 +174,11 @@ class SessionCache:
         seen = self.seen
         if len(history) < seen:
             return False
+        if all(map(operator.is_, history, self.read_items)):  # a pointer comparison a message read
+            return True
         given = history[:seen]
         if type(given) is not list:
             given = list(given)
-        if all(map(operator.is_, given, self.read_items)):  # a pointer comparison a message
-            return True
         if given != self.read_items:  # (a list comparison tries identity, then equality)
             return False
         self.read_items = given
@@ -325,6 +326,13 @@ class SessionCache:
             else part
             for part in parts
         )
+
+    def masked_request(self) -> str | None:
+        """The user's request with secrets masked, masked once (every summary's facts carry it)."""
+        done = self._masked_request
+        if done is None or done[0] is not self.first_request:
+            done = self._masked_request = (self.first_request, self.redact(self.first_request or "") or None)
+        return done[1]
 
     def request_for(self, state: SessionState) -> str | None:
         """The request's text when ``state`` pins it, for the compaction message to leave out."""

@@ -470,7 +470,13 @@ class TierRunner:
         stable = min(count, work.stable)
         originals = cache.originals(work.state.covered, stable, work.uncovered[stable:count])
         facts = extract_facts(originals, intent_limit=self.config.intent_max_chars, request=cache.first_request)
-        return redact_data(facts, self.secrets.redact)  # masked as they enter the summary and its request
+        # Masked as they enter the summary and its request; the user's request, in every summary's
+        # facts, masked once.
+        masked = redact_data(attrs.evolve(facts, user_request=None), self.secrets.redact)
+        request = facts.user_request
+        if request is not None:
+            request = cache.masked_request() if request == cache.first_request else self.secrets.redact(request)
+        return attrs.evolve(masked, user_request=request)
 
     def _least_compaction_tokens(self, cache: SessionCache, work: TurnWork, count: int, facts: Facts) -> int:
         """Tokens of the smallest view head a summary of ``count`` more messages can leave: the
