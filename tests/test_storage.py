@@ -216,30 +216,27 @@ def test_remove_never_deletes_through_a_folder_swapped_for_a_link(tmp_path, monk
     outside.mkdir()
     (outside / "old").mkdir()
     (outside / "old" / "precious.txt").write_text("kept")
-    real_lstat, swapped = os.lstat, []
+    swapped: list = []
 
-    def swapping_lstat(path, *args, **kwargs):  # the check of the path, just before the delete
-        if not swapped and os.fspath(path) == os.fspath(root / "s" / "old"):
-            result = real_lstat(path, *args, **kwargs)
-            os.rename(root / "s", root / "moved")
-            os.symlink(outside, root / "s")
-            swapped.append(path)
+    def swapping(real, at):
+        """``real``, which swaps the session folder for a link once it has looked at the path ``at`` takes."""
+
+        def look(path, *args, **kwargs):
+            result = real(path, *args, **kwargs)
+            if not swapped and at(path, kwargs):
+                os.rename(root / "s", root / "moved")
+                os.symlink(outside, root / "s")
+                swapped.append(path)
             return result
-        return real_lstat(path, *args, **kwargs)
 
-    real_stat = os.stat
+        return look
 
-    def swapping_stat(path, *args, **kwargs):
-        if not swapped and os.path.basename(os.fspath(path)) == "old" and kwargs.get("dir_fd") is not None:
-            result = real_stat(path, *args, **kwargs)
-            os.rename(root / "s", root / "moved")
-            os.symlink(outside, root / "s")
-            swapped.append(path)
-            return result
-        return real_stat(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "lstat", swapping_lstat)
-    monkeypatch.setattr(os, "stat", swapping_stat)
+    # the check of the path just before the delete, by path or relative to the folder's descriptor
+    monkeypatch.setattr(
+        os, "lstat", swapping(os.lstat, lambda path, kw: os.fspath(path) == os.fspath(root / "s" / "old"))
+    )
+    at_old = lambda path, kw: os.path.basename(os.fspath(path)) == "old" and kw.get("dir_fd") is not None  # noqa: E731
+    monkeypatch.setattr(os, "stat", swapping(os.stat, at_old))
     assert remove(root / "s" / "old", root) is True
     monkeypatch.undo()
     assert swapped
