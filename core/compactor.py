@@ -304,7 +304,7 @@ class ProgressiveCompactor:
         window = self.config.context_window
         tiers = self._tiers if ratio == 1.0 else TierRunner(self.config, self.hooks, self.secrets, ratio)
         cache = self._cache(sid, history)
-        state, reset_errors = self._load_state(sid, cache)
+        state, reset_errors, stale = self._load_state(sid, cache)
         recent = cache.recent(state)
         cache.refresh(state, self._tiers.compaction_message_for(sid))
         tokens_before = cache.system_tokens + cache.compaction_tokens + cache.uncovered_tokens + recent.tokens
@@ -341,7 +341,9 @@ class ProgressiveCompactor:
             work.errors.append(f"repaired view: {problems[0]}")
         kept_in_step = not fixed_view and ratio == 1.0  # else the counts are corrected: estimate afresh
         tokens_after = self._tiers.view_tokens(cache, work) if kept_in_step else sum(self.hooks.estimate_tokens(view))
-        if work.state is not state:
+        if work.state is not state and stale:
+            cache.forget_view()
+        elif work.state is not state:
             work.state = attrs.evolve(work.state, version=state.version + 1)
             if tier >= CompactionTier.SOFT:  # where this compaction landed, for the policy's next turns
                 work.state = attrs.evolve(work.state, landed_tokens=tokens_after, landed_messages=len(history))
@@ -430,25 +432,28 @@ class ProgressiveCompactor:
         cache.read(history)
         return cache
 
-    def _load_state(self, sid: str, cache: SessionCache) -> tuple[SessionState, list[str]]:
-        """The saved state; a state that cannot be read, or whose summary does not match this
-        history, is started over from the history."""
+    def _load_state(self, sid: str, cache: SessionCache) -> tuple[SessionState, list[str], bool]:
+        """The saved state, the errors, and whether this turn is stale (its history is shorter
+        than what the stored state covers: an earlier turn sent again): a stale turn is served
+        from its history and saves nothing, so the turns that continue the state keep it. A
+        state that cannot be read, or whose summary does not match this history, is started over
+        from the history."""
         try:
             state = self.hooks.load_state(sid) or SessionState()
         except Exception as exc:  # noqa: BLE001 - fail-open: start from the history
             cache.forget_view()
-            return SessionState(), [f"loading session state failed: {cause(exc)}; started from the history"]
+            return SessionState(), [f"loading session state failed: {cause(exc)}; started from the history"], False
         if cache.boundary_matches(state):
-            return state, []
+            return state, [], False
         cache.forget_view()
-        if cache.shorter_than(state):  # not saved: the turns that continue the state keep it
+        if cache.shorter_than(state):
             kept = "session state covers more messages than this history has (an earlier turn sent again?)"
-            return SessionState(version=state.version, variant=state.variant), [f"{kept}; served from the history"]
+            return SessionState(variant=state.variant), [f"{kept}; served from the history, nothing saved"], True
         fresh = SessionState(version=state.version + 1, variant=state.variant)  # the variant is for life
         errors: list[str] = []
         self._save_state(sid, fresh, errors)
         reason = "session state did not match this history (another history under the same session id?); started over"
-        return fresh, [reason, *errors]
+        return fresh, [reason, *errors], False
 
     def _save_state(self, sid: str, state: SessionState, errors: list[str]) -> bool | None:
         """Save ``state`` (compare-and-set). True when saved; None when another turn of the

@@ -358,9 +358,17 @@ def test_an_earlier_turn_sent_again_leaves_the_newer_state(make_compactor, histo
     assert stale == history[:6]
     assert record.errors == (
         "session state covers more messages than this history has (an earlier turn sent again?); "
-        "served from the history",
+        "served from the history, nothing saved",
     )
     assert compactor.state() == state
+    # the same when the turn sent again compacts: its summary is not saved over the newer state
+    small = make_compactor(context_window=window_for(history[: state.covered + 1], 0.85))
+    small.compact(history[: state.covered + 1])
+    small.hooks.save_state(small.session_id, attrs.evolve(state, version=small.state().version + 1))
+    newer = small.state()
+    stale, record = small.compact_with_record(history[: state.covered - 1])
+    assert record.tier is not CompactionTier.NONE and problems(stale) == []
+    assert small.state() == newer
     untouched = make_compactor(context_window=window)
     untouched.compact(history)
     longer = history + tool_turn("next", 500)
