@@ -128,10 +128,10 @@ class SessionCache:
         self._pinned: tuple[Message, dict[str, Any], int] | None = None
         self._masked_request: tuple[str | None, str | None] | None = None
         self._fingerprints: dict[int, str] = {}
-        self._chain: list[int] = []
-        """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
         """Fingerprints of settled messages, by position: an offloaded result's is looked at
         again at every new view."""
+        self._chain: list[int] = []
+        """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
         self._recent_key: tuple[Any, ...] | None = None
@@ -335,8 +335,9 @@ class SessionCache:
         return done[1]
 
     def request_for(self, state: SessionState) -> str | None:
-        """The request's text when ``state`` pins it, for the compaction message to leave out."""
-        return self.first_request if self.pinned_for(state) is not None else None
+        """The request's text when ``state`` pins it, for the compaction message to leave out
+        (masked, as the intent that holds it is)."""
+        return self.masked_request() if self.pinned_for(state) is not None else None
 
     def pinned_tokens(self, state: SessionState) -> int:
         """Tokens of the pinned request in ``state``'s view (0 when it is not pinned)."""

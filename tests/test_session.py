@@ -414,6 +414,14 @@ def test_a_request_with_an_image_is_pinned_with_its_image(make_compactor):
     assert view[1] == {"role": "user", "content": parts}
 
 
+def test_a_request_holding_a_credential_is_pinned_masked_and_not_repeated(make_compactor):
+    token = "ghp_" + "A1b2C3d4E5" * 4
+    history = build_history([5000] * 10, request=f"Push the fix to the fork with the token {token}")
+    view = make_compactor("default", context_window=window_for(history, 0.85)).compact(history)
+    assert view[1]["content"] == "Push the fix to the fork with the token [REDACTED]"
+    assert "Push the fix" not in compaction_message(view)["content"] and token not in str(view[1:])
+
+
 def test_histories_are_not_modified_by_any_interface(make_compactor, history):
     before = copy.deepcopy(history)
     compactor = make_compactor(context_window=window_for(history, 0.85))
