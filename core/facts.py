@@ -16,6 +16,7 @@ import orjson
 
 from .messages import text_of
 from .models import Facts, Message
+from .redaction import mask_credentials
 
 MAX_ITEMS = 30
 ERROR_SCAN_CHARS = 100_000
@@ -102,14 +103,35 @@ character, which stays with its sentence; a pattern that starts with one set of 
 only tried where one of them is: three times faster than a lookbehind)."""
 
 
-def bound_text(text: str, limit: int) -> str:
-    """``text`` when it fits in ``limit`` characters, else its head and tail with a marker."""
+CUT_MARGIN = 300
+"""How far past a cut a credential is looked for (the formats are at most a few hundred long)."""
+
+
+def cut_head(text: str, limit: int) -> str:
+    """The first ``limit`` characters of ``text``; a credential of a well-known format that the
+    cut would split is masked first (its start alone no longer matches its format)."""
+    return text if len(text) <= limit else mask_credentials(text[: limit + CUT_MARGIN])[:limit]
+
+
+def cut_tail(text: str, limit: int) -> str:
+    """The last ``limit`` characters of ``text``, as :func:`cut_head` cuts."""
     if len(text) <= limit:
         return text
-    head = limit * 3 // 4
-    tail = max(limit - head - 60, 0)
-    omitted = len(text) - head - tail
-    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail :] if tail else ''}"
+    return mask_credentials(text[-(limit + CUT_MARGIN) :])[-limit:] if limit else ""
+
+
+def bound_text(text: str, limit: int, *, masked: bool = False) -> str:
+    """``text`` when it fits in ``limit`` characters, else its head and tail with a marker;
+    ``masked``: cut as :func:`cut_head` and :func:`cut_tail` cut (for a fact that is kept)."""
+    if len(text) <= limit:
+        return text
+    first = limit * 3 // 4
+    last = max(limit - first - 60, 0)
+    omitted = len(text) - first - last
+    start, end = (
+        (cut_head(text, first), cut_tail(text, last)) if masked else (text[:first], text[-last:] if last else "")
+    )
+    return f"{start}\n[... {omitted} characters omitted ...]\n{end}"
 
 
 def request_index(messages: Sequence[Message]) -> int | None:
@@ -125,7 +147,7 @@ def request_index(messages: Sequence[Message]) -> int | None:
 def first_user_request(messages: Sequence[Message], limit: int) -> str | None:
     """The text of the first user message that is a request, bounded to ``limit`` characters."""
     index = request_index(messages)
-    return None if index is None else bound_text(text_of(messages[index]).strip(), limit)
+    return None if index is None else bound_text(text_of(messages[index]).strip(), limit, masked=True)
 
 
 INSTRUCTION_CHARS = 300
@@ -138,7 +160,7 @@ def one_line(text: str, limit: int) -> str:
     """``text`` with every run of white space made one space, cut to ``limit`` characters (the
     last three an ellipsis when it is cut)."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else cut_head(text, limit - 3) + "..."
 
 
 def instruction(text: str, request: str | None, limit: int) -> str | None:
@@ -148,7 +170,7 @@ def instruction(text: str, request: str | None, limit: int) -> str | None:
     text = text.strip()
     if not text or _NOT_A_REQUEST.match(text) or text.startswith("<") or _NOTE.match(text):
         return None
-    if request is not None and bound_text(text, limit) == request:
+    if request is not None and bound_text(text, limit, masked=True) == request:
         return None
     return one_line(text, INSTRUCTION_CHARS)
 
@@ -299,8 +321,8 @@ def error_line(text: str) -> str:
     for pattern in (_NAMED_ERROR, _ERROR_LINE):  # "ValueError: ..." says more than "1 failed"
         for line in reversed(lines):
             if pattern.search(line):
-                return line[:240]
-    return lines[-1][:240] if lines else ""
+                return cut_head(line, 240)
+    return cut_head(lines[-1], 240) if lines else ""
 
 
 def is_failure(text: str) -> bool:
@@ -325,8 +347,8 @@ def describe_call(name: str, arguments: str) -> str:
     command = _command_of(args)
     if command is not None:
         first = command.strip().splitlines()[0]
-        return first[:200] + (" ..." if len(first) > 200 or "\n" in command.strip() else "")
-    return f"{name}({arguments[:150]})"
+        return cut_head(first, 200) + (" ..." if len(first) > 200 or "\n" in command.strip() else "")
+    return f"{name}({cut_head(arguments, 150)})"
 
 
 def _sentences(text: str) -> list[str]:
@@ -344,7 +366,7 @@ _LIST_MARK = re.compile(r"^(?:[-*+\u2022]|\d+[.)])\s+")
 
 def _stated_decisions(text: str) -> list[str]:
     """The decisions ``text`` states, each without a list marker and cut to 240 characters."""
-    return [_LIST_MARK.sub("", s, count=1)[:240] for s in _decisions(text) if _states_a_decision(s)]
+    return [cut_head(_LIST_MARK.sub("", s, count=1), 240) for s in _decisions(text) if _states_a_decision(s)]
 
 
 _HEDGE = re.compile(r"\b(?:maybe|perhaps|might|possibly|probably|i wonder|not sure|hmm+|could be|may be)\b", re.I)
@@ -395,7 +417,7 @@ def _next_step(messages: Sequence[Message]) -> str | None:
             text = text_of(m)
             stated = next((s for s in reversed(_sentences(text)) if _NEXT.search(s)), None) if text else None
             if stated is not None:
-                return stated[:300]
+                return cut_head(stated, 300)
     return None
 
 

@@ -225,6 +225,24 @@ def test_credentials_nobody_registered_reach_no_file_unless_the_setting_is_off(m
     assert leaked(json.dumps(view[:3])) == []  # the compaction message: the later instruction is a fact of it
 
 
+def test_a_credential_the_facts_cut_in_two_is_masked_before_the_cut(make_compactor, tmp_path):
+    """An error line keeps 240 characters: a token across the cut is masked whole, since its
+    start alone no longer matches its format."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    start = "Error: push rejected, credentials "
+    line = start + "x" * (205 - len(start)) + " " + token + " were refused"
+    history = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Push it."}]
+    history += [call("c0", "git push"), result("c0", line)]
+    for i in range(1, 8):
+        history += [call(f"c{i}", "ls"), result(f"c{i}", filler(1500, f"r{i}"))]
+    compactor = make_compactor(context_window=window_for(history, 0.85), plugins={"state": "state-files"})
+    view, record = compactor.compact_with_record(history, "s1")
+    assert record.tier is CompactionTier.FULL and "credentials" in str(view)
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert token[:20] not in path.read_text("utf-8", "replace"), path
+
+
 # --- 3. symbolic links under the data folder are never followed ------------------------------
 
 
