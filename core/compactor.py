@@ -444,7 +444,7 @@ class ProgressiveCompactor:
             cache.forget_view()
             return SessionState(), [f"loading session state failed: {cause(exc)}; started from the history"], False
         if cache.boundary_matches(state):
-            return state, [], False
+            return cache.masked(state), [], False
         cache.forget_view()
         if cache.shorter_than(state):
             kept = "session state covers more messages than this history has (an earlier turn sent again?)"
@@ -468,7 +468,7 @@ class ProgressiveCompactor:
             return None
         cache = self._caches.get(sid)
         if cache is not None:
-            cache.verified = (state.covered, state.covered_fingerprint)
+            cache.saved(state)
         return True
 
 

@@ -35,6 +35,7 @@ import attrs
 from .facts import first_user_request, request_index
 from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content, text_of
 from .models import Message, SessionState
+from .redaction import redact_data
 
 Estimate = Callable[[Sequence[Message]], list[int]]
 SYSTEM_ROLES = ("system", "developer")
@@ -134,6 +135,8 @@ class SessionCache:
         """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
+        self._vetted: tuple[tuple[Any, ...], SessionState] | None = None
+        """The last state masked (:meth:`masked`), by the key of the state as it was loaded."""
         self._recent_key: tuple[Any, ...] | None = None
         self._recent: Recent | None = None
         self._recent_originals: list[Message] = []
@@ -278,6 +281,24 @@ class SessionCache:
         if matches:
             self.verified = key
         return matches
+
+    def masked(self, state: SessionState) -> SessionState:
+        """``state`` with its summary and anchors masked: a state another process saved (an older
+        version, or one with ``mask_credentials`` off) may hold a credential. A state this cache
+        saw saved, or masked already, is not searched again."""
+        key = state_key(state)
+        if self._vetted is not None and self._vetted[0] == key:
+            return self._vetted[1]
+        parts = (state.summary, state.anchors)
+        done = redact_data(parts, self.redact)
+        vetted = state if done is parts else attrs.evolve(state, summary=done[0], anchors=done[1])
+        self._vetted = (key, vetted)
+        return vetted
+
+    def saved(self, state: SessionState) -> None:
+        """``state`` was saved for this history (made here, of masked parts)."""
+        self.verified = (state.covered, state.covered_fingerprint)
+        self._vetted = (state_key(state), state)
 
     def shorter_than(self, state: SessionState) -> bool:
         """Whether this history has fewer messages than ``state``'s summary covers: an earlier

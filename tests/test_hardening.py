@@ -14,7 +14,7 @@ import pytest
 
 from progressive_compactor import CompactionTier, CompactorError, ProgressiveCompactor, hookimpl
 from progressive_compactor.plugin import PLACEHOLDER_PREFIX
-from progressive_compactor.testing import FixedPolicy, filler, problems, tool_call, window_for
+from progressive_compactor.testing import FixedPolicy, build_history, filler, problems, tool_call, tool_turn, window_for
 from timeouts import no_hang
 
 PASSED = "all 120 tests passed\n" + filler(5000, "a")
@@ -241,6 +241,24 @@ def test_a_credential_the_facts_cut_in_two_is_masked_before_the_cut(make_compact
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert token[:20] not in path.read_text("utf-8", "replace"), path
+
+
+def test_a_state_saved_without_masking_by_format_is_masked_when_it_is_read(make_compactor, tmp_path):
+    """A state saved by an earlier version, or with ``mask_credentials: false``, may hold a
+    credential: the next compactor masks it as it reads the state, so no new file holds it."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    history = build_history([5000] * 10, request=f"Push the fix with my token {token} to the fork.")
+    window = window_for(history, 0.85)
+    make_compactor(context_window=window, mask_credentials=False, plugins={"state": "state-files"}).compact(history)
+    (state_file,) = (tmp_path / "state").glob("*.json")
+    assert token in state_file.read_text("utf-8")
+    for records in (tmp_path / "records").glob("*"):
+        records.unlink()
+    longer = history + [m for i in range(8) for m in tool_turn(f"next{i}", 5000)]
+    compactor = make_compactor(context_window=window, plugins={"state": "state-files"})
+    assert compactor.compact_with_record(longer)[1].tier is not CompactionTier.NONE
+    for path in [state_file, *(tmp_path / "records").glob("*")]:
+        assert token not in path.read_text("utf-8"), path
 
 
 # --- 3. symbolic links under the data folder are never followed ------------------------------
