@@ -157,6 +157,7 @@ WRONG = "S3cret-Passw0rd-91ab"
         (f"postgresql://agents:{WRONG}@db:99999/agents", "port '99999' is not a number from 1 to 65535"),
         (f"host=db port=5432,70000 password={WRONG}", "port '70000' is not a number from 1 to 65535"),
         (f"host=db dbname=agents pasword={WRONG}", 'invalid connection option "pasword"'),
+        (f"postgresql://agents:{WRONG} x@db:5432/agents", 'unexpected spaces found in "***"'),
     ],
 )
 def test_a_dsn_libpq_cannot_read_is_a_config_error_naming_the_setting(dsn, reason, tmp_path, monkeypatch, caplog):

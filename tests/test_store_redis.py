@@ -120,6 +120,7 @@ WRONG = "S3cret-Passw0rd-91ab"
         (f"http://:{WRONG}@cache:6379/0", "must specify one of the following schemes"),
         (f"redis://:{WRONG}@cache:99999/0", "Port out of range 0-65535 in 'redis://:***@cache:99999/0'"),
         (f"redis://:{WRONG}@cache:6379x/0", "Port could not be cast to integer value as '6379x'"),
+        (f"redis://:{WRONG} x@cache:99999/0", "Port out of range 0-65535 in 'redis://:***@cache:99999/0'"),
     ],
 )
 def test_a_url_redis_cannot_read_is_a_config_error_naming_the_setting(url, reason, tmp_path, monkeypatch, caplog):

@@ -60,9 +60,16 @@ Parse = Callable[[str], str | None]
 none), or :class:`ValueError` saying what is wrong and how to write it (its password masked)."""
 
 
-def shown(text: str) -> str:
+def shown(text: str, source: str | None = None) -> str:
     """``text`` as a message may show it: the password of every connection string in it masked,
-    even of one that no driver can parse (``redis//:secret@host``, ``postgresql:/user:secret@db``)."""
+    even of one that no driver can parse (``redis//:secret@host``, ``postgresql:/user:secret@db``),
+    and, with ``source`` (the connection string a driver's message is about), every password of
+    ``source`` wherever ``text`` quotes it alone (``unexpected spaces found in "pass word"``)."""
+    if source:
+        userinfo = source.rpartition("@")[0].partition("//")[2] if "@" in source else ""
+        for password in [*connection_passwords(source), userinfo.partition(":")[2]]:
+            if password and password != PASSWORD_MASK:
+                text = text.replace(password, PASSWORD_MASK)
     text = mask_passwords(text)
     for word in text.split():
         userinfo = word.strip("\"'").rpartition("@")[0]  # what comes before the host

@@ -86,18 +86,18 @@ def dsn_password(dsn: str) -> str | None:
 
     scheme = _URL_SCHEME.match(dsn.strip())
     if scheme and scheme.group(0) not in ("postgresql:", "postgres:"):
-        why = f"{shown(dsn)!r} starts with {scheme.group(0)!r}; libpq reads only postgresql:// and postgres://"
+        why = f"{shown(dsn, dsn)!r} starts with {scheme.group(0)!r}; libpq reads only postgresql:// and postgres://"
         if scheme.group(0).startswith(("postgresql+", "postgres+")):
             why += " (an SQLAlchemy URL: drop its +driver)"
         raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}")
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.Error as exc:
-        why = " ".join(shown(str(exc)).split())
+        why = " ".join(shown(str(exc), dsn).split())
         raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}") from None
     for port in str(params.get("port") or "").split(","):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
-            why = f"port {port!r} is not a number from 1 to 65535 in {shown(dsn)!r}"
+            why = f"port {port!r} is not a number from 1 to 65535 in {shown(dsn, dsn)!r}"
             raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}")
     password = params.get("password")
     return str(password) if password else None

@@ -61,7 +61,7 @@ def url_password(url: str) -> str | None:
     try:
         params = parse_url(url)
     except ValueError as exc:
-        why = " ".join(f"{shown(str(exc))} in {shown(url)!r}".split())
+        why = " ".join(f"{shown(str(exc), url)} in {shown(url, url)!r}".split())
         raise ValueError(f"is not a Redis URL: {why}; write it as {URL_SHAPE}") from None
     password = params.get("password")
     return str(password) if password else None
