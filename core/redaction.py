@@ -331,9 +331,10 @@ def _credential(value: str) -> str:
 def config_secrets(config: Any) -> list[str]:
     """The secrets a config names: the values of the environment variables its plugin blocks
     name in ``*_env`` settings (``api_key_env: OPENAI_API_KEY``, ``dsn_env: ...``), the values of
-    secret settings (:func:`secret_setting`: a secret-looking name, or any ``extra_headers``
-    entry; without a ``Bearer``/``Basic`` scheme), and the passwords of connection strings
-    written in it. Registered by every compactor, so that they
+    settings and ``extra_headers`` entries with a secret-looking name (:data:`SECRET_KEY`: an
+    Azure ``api-key``, a proxy's ``Authorization``) or a ``Bearer``/``Basic`` value (without the
+    scheme), and the passwords of connection strings written in it. Other headers (a beta flag,
+    a content type) are not: a start or end of a registered value is masked in all text. Registered by every compactor, so that they
     are masked even where the plugin that reads them is not loaded (a command that only reads
     records)."""
     found: list[str] = []
@@ -349,7 +350,7 @@ def config_secrets(config: Any) -> list[str]:
             if key.endswith("_env") and os.environ.get(value):
                 found.append(os.environ[value])
                 found.extend(connection_passwords(os.environ[value]))
-            if secret_setting(key, parent):
+            if SECRET_KEY.match(key) or (parent == "extra_headers" and _AUTH_SCHEME.match(value)):
                 found.append(_credential(value))
             found.extend(connection_passwords(value))
 

@@ -308,7 +308,7 @@ def test_short_values_are_not_registered():
     assert secrets.redact("abc") == "abc"
 
 
-def test_secret_settings_and_every_extra_header_are_registered(monkeypatch):
+def test_secret_settings_and_secret_looking_extra_headers_are_registered(monkeypatch):
     from types import SimpleNamespace
 
     from progressive_compactor.redaction import config_secrets
@@ -323,6 +323,8 @@ def test_secret_settings_and_every_extra_header_are_registered(monkeypatch):
                     "api-key": "azure-key-0123456789",
                     "Helicone-Auth": "Bearer helicone-key-0123456789",
                     "Proxy-Authorization": "Basic dXNlcjpwcm94eS1wYXNz",
+                    "anthropic-beta": "prompt-caching-2024-07-31",  # not a secret: masking its
+                    "Content-Type": "application/json",  # ends would mangle ordinary text
                 },
             },
             "my-plugin": {"client_secret": "client-secret-value", "password": "plain-password", "model": "gpt-x"},
