@@ -163,8 +163,9 @@ class MaskedLogs(logging.Filter):
             record.msg, record.args = masked, ()
         if record.exc_info:
             text = record.exc_text or logging.Formatter().formatException(record.exc_info)
-            if self.masked(text) != text:  # the traceback's text, masked, stands for the exception
-                record.exc_text, record.exc_info = self.masked(text), None
+            masked = self.masked(text)
+            if masked != text:  # the traceback's text, masked, stands for the exception
+                record.exc_text, record.exc_info = masked, None
         if record.stack_info:
             record.stack_info = self.masked(record.stack_info)
         return True
