@@ -32,7 +32,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import StorageError
 
@@ -101,6 +101,22 @@ def made_by_safe_name(name: str) -> bool:
     digits. A plugin lists and deletes only such files and folders: anything else in its folder
     was put there by someone else."""
     return safe_name(name) == name or _HASHED.fullmatch(name) is not None
+
+
+def listed_id(name: str, stored: object) -> str:
+    """The session a plugin lists for its file or folder ``name``: the id stored with it when
+    :func:`safe_name` makes ``name`` of it, else ``name`` itself (the id was lost, or names
+    another file), under which it is listed and deleted."""
+    return stored if isinstance(stored, str) and safe_name(stored) == name else name
+
+
+def lost_its_id(session_id: str, session_of: Callable[[str], str]) -> bool:
+    """Whether ``session_id`` is the name of a hashed file or folder whose id is lost (listed under
+    its own name by ``session_of``, a plugin's :func:`listed_id` of a name): what deleting that
+    session must remove besides ``safe_name(session_id)``."""
+    return (
+        session_id != safe_name(session_id) and made_by_safe_name(session_id) and session_of(session_id) == session_id
+    )
 
 
 def root_for(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]) -> Path:

@@ -33,6 +33,8 @@ from progressive_compactor.plugin import (
     create_private,
     hookimpl,
     list_folder,
+    listed_id,
+    lost_its_id,
     made_by_safe_name,
     newest_mtime,
     offload_text,
@@ -129,8 +131,7 @@ class FileOffloader:
             data = read_private(self.root / name / ID_FILE, self.top)
         except StorageError:
             data = None
-        session_id = data.decode("utf-8", "surrogatepass") if data is not None else None
-        return session_id if session_id is not None and safe_name(session_id) == name else name
+        return listed_id(name, data.decode("utf-8", "surrogatepass") if data is not None else None)
 
     @hookimpl
     def list_sessions(self) -> list[SessionInfo]:
@@ -146,6 +147,5 @@ class FileOffloader:
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
         remove(self.session_dir(session_id), self.top)
-        orphan = session_id != safe_name(session_id) and made_by_safe_name(session_id)
-        if orphan and self._session_of(session_id) == session_id:  # a folder listed under its own name
+        if lost_its_id(session_id, self._session_of):
             remove(self.root / session_id, self.top)

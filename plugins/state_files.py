@@ -31,6 +31,8 @@ from progressive_compactor.plugin import (
     StorageError,
     hookimpl,
     list_folder,
+    listed_id,
+    lost_its_id,
     made_by_safe_name,
     open_private,
     read_private,
@@ -140,7 +142,7 @@ class FileState:
             session_id = json.loads(read_private(self.directory / f"{stem}.json", self.top) or b"{}").get("session_id")
         except (ValueError, AttributeError, StorageError):
             session_id = None
-        return session_id if isinstance(session_id, str) and safe_name(session_id) == stem else stem
+        return listed_id(stem, session_id)
 
     @hookimpl
     def list_sessions(self) -> list[SessionInfo]:
@@ -157,8 +159,8 @@ class FileState:
     def on_delete_session(self, session_id: str) -> None:
         self._read.pop(session_id, None)
         names = [safe_name(session_id)]
-        if session_id != names[0] and made_by_safe_name(session_id) and self._session_of(session_id) == session_id:
-            names.append(session_id)  # a file listed under its own name
+        if lost_its_id(session_id, self._session_of):
+            names.append(session_id)
         for name in names:
             remove(self.directory / f"{name}.json", self.top)
             remove(self.directory / f"{name}.lock", self.top)

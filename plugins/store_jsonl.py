@@ -25,6 +25,8 @@ from progressive_compactor.plugin import (
     changed_view,
     hookimpl,
     list_folder,
+    listed_id,
+    lost_its_id,
     made_by_safe_name,
     parse_records,
     read_private,
@@ -76,7 +78,7 @@ class JsonlStore:
             first = next(parse_records(read_private(path, self.top) or b"", path), None)
         except StorageError:
             first = None
-        return first.session_id if first is not None and safe_name(first.session_id) == stem else stem
+        return listed_id(stem, first.session_id if first is not None else None)
 
     @hookimpl
     def list_sessions(self) -> list[SessionInfo]:
@@ -92,6 +94,5 @@ class JsonlStore:
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
         remove(self.path_for(session_id), self.top)
-        orphan = session_id != safe_name(session_id) and made_by_safe_name(session_id)
-        if orphan and self._session_of(session_id) == session_id:  # a file listed under its own name
+        if lost_its_id(session_id, self._session_of):
             remove(self.directory / f"{session_id}.jsonl", self.top)
