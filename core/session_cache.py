@@ -336,11 +336,11 @@ class SessionCache:
 
     def _request_content(self, request: str) -> Any:
         """The pinned request's content: the message's own parts (an image stays an image) when
-        its text is kept whole, else the bounded text; registered secrets masked."""
+        its text is kept whole, else the bounded text; secrets masked."""
         original = self.settled[self.request_index] if self.request_index is not None else None
         parts = original.content if original is not None else None
         if not isinstance(parts, tuple) or text_of(original).strip() != request:  # type: ignore[arg-type]
-            return self.redact(request)
+            return self.masked_request()
         return tuple(
             {**part, "text": self.redact(part["text"])}
             if isinstance(part, Mapping) and isinstance(part.get("text"), str)
