@@ -255,11 +255,13 @@ class TierRunner:
             result, kept, cut, dropped, state, compaction = self._truncate(cache, work, budget)
             # A result the truncation shortened is offloaded whole (its placeholder names the
             # handle, which no cut removes), and the truncation runs again: nothing is lost.
+            if cut is None:  # not a suffix of what is uncovered: nothing to compare with
+                break
             start = len(work.uncovered) - len(kept)
             shortened = [
                 start + j
                 for j, m in enumerate(kept)
-                if cut is not None and m.role == "tool" and text_of(m) != text_of(work.uncovered[start + j])
+                if m.role == "tool" and text_of(m) != text_of(work.uncovered[start + j])
             ]
             if not shortened or not self._offload(cache, work, len(work.uncovered), only=shortened, threshold=0):
                 break
