@@ -341,14 +341,13 @@ class ProgressiveCompactor:
             work.errors.append(f"repaired view: {problems[0]}")
         kept_in_step = not fixed_view and ratio == 1.0  # else the counts are corrected: estimate afresh
         tokens_after = self._tiers.view_tokens(cache, work) if kept_in_step else sum(self.hooks.estimate_tokens(view))
-        if work.state is not state and stale:
-            cache.forget_view()
-        elif work.state is not state:
+        if work.state is not state:
             work.state = attrs.evolve(work.state, version=state.version + 1)
             if tier >= CompactionTier.SOFT:  # where this compaction landed, for the policy's next turns
                 work.state = attrs.evolve(work.state, landed_tokens=tokens_after, landed_messages=len(history))
             save_errors: list[str] = []
-            saved = self._save_state(sid, work.state, save_errors)
+            # A stale turn (an earlier one sent again) saves nothing: the newer state stays.
+            saved = False if stale else self._save_state(sid, work.state, save_errors)
             if saved:
                 cache.refresh(work.state, self._tiers.compaction_message_for(sid))
             else:  # the next attempt (or turn) builds its view from the state that is stored

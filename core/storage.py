@@ -274,6 +274,13 @@ def _folder_of(path: Path, root: Path, create: bool) -> contextlib.AbstractConte
     return _opened(root, parts[:-1], create)
 
 
+def _parent_of(path: Path, root: Path) -> contextlib.AbstractContextManager[_Folder]:
+    """The folder holding ``path`` (a file or a folder under ``root``, or ``root`` itself, whose
+    own parent is then opened as the user's), opened as :func:`_opened` does, never made."""
+    parts = _parts(root, path)
+    return _opened(root, parts[:-1], False) if parts else _opened(path.parent, [], False)
+
+
 def _open_file(folder: _Folder, path: Path, flags: int, root: Path) -> int:
     """A descriptor of the regular file ``path`` in ``folder``. A link is refused (as one on the
     way is), and so is anything but a regular file: it is opened without blocking, so a named
@@ -442,10 +449,8 @@ def rename(path: Path, name: str, root: Path) -> None:
 def remove(path: Path, root: Path) -> bool:
     """Delete ``path`` (a file, or a folder and what it holds) under ``root``; links are removed,
     never followed. Returns whether something was there."""
-    parts = _parts(root, path)
-    opened = _opened(root, parts[:-1], False) if parts else _opened(path.parent, [], False)
     try:
-        with opened as folder:
+        with _parent_of(path, root) as folder:
             mode = os.stat(folder.at(path.name), dir_fd=folder.fd, follow_symlinks=False).st_mode
             if stat.S_ISDIR(mode):
                 _remove_tree(folder, path.name, root)
@@ -492,9 +497,7 @@ def newest_mtime(path: Path, root: Path | None = None) -> float:
     not followed, neither in the folder nor on the way from ``root`` (by default the folder
     holding ``path``)."""
     top = path.parent if root is None else root
-    parts = _parts(top, path)
-    opened = _opened(top, parts[:-1], False) if parts else _opened(path.parent, [], False)
-    with opened as folder:
+    with _parent_of(path, top) as folder:
         st = os.stat(folder.at(path.name), dir_fd=folder.fd, follow_symlinks=False)
         newest = st.st_mtime
         if stat.S_ISDIR(st.st_mode):
@@ -528,6 +531,8 @@ __all__ = [
     "default_data_dir",
     "expand_path",
     "list_folder",
+    "listed_id",
+    "lost_its_id",
     "made_by_safe_name",
     "newest_mtime",
     "open_private",
