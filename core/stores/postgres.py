@@ -76,6 +76,10 @@ DRIVER_LOGS = MaskedLogs("psycopg", "psycopg.pool")
 """On psycopg's loggers while a pool is open: what the pool logs never holds a password."""
 
 
+def _refused(why: str) -> ValueError:
+    return ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}")
+
+
 def dsn_password(dsn: str) -> str | None:
     """The password of a libpq connection string, read as libpq reads it, without connecting.
     Raises :class:`ValueError` (the password masked) for one that libpq cannot use: another
@@ -89,16 +93,16 @@ def dsn_password(dsn: str) -> str | None:
         why = f"{shown(dsn, dsn)!r} starts with {scheme.group(0)!r}; libpq reads only postgresql:// and postgres://"
         if scheme.group(0).startswith(("postgresql+", "postgres+")):
             why += " (an SQLAlchemy URL: drop its +driver)"
-        raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}")
+        raise _refused(why)
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         why = " ".join(shown(str(exc), dsn).split())
-        raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}") from None
+        raise _refused(why) from None
     for port in str(params.get("port") or "").split(","):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
             why = f"port {port!r} is not a number from 1 to 65535 in {shown(dsn, dsn)!r}"
-            raise ValueError(f"is not a libpq connection string: {why}; write it as {DSN_SHAPE}")
+            raise _refused(why)
     password = params.get("password")
     return str(password) if password else None
 
