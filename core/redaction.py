@@ -175,8 +175,9 @@ _CASED = tuple(
             "PRIVATE KEY-----",
             r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?P<secret>[^\"-]*(?:-(?!----)[^\"-]*)*)-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
         ),
-        # the password of a URL: postgresql://user:secret@host/db (not one masked already, user:***@)
-        ("://", r"://[^\s:/@\"'\\<>]{0,256}:(?!\*+@)(?P<secret>[^\s@/\"'\\<>]{1,256})@"),
+        # the password of a URL: postgresql://user:secret@host/db (not one masked already, user:***@),
+        # up to the last "@" before the host, as URL parsers split: a password may hold an "@"
+        ("://", r"://[^\s:/@\"'\\<>]{0,256}:(?!\*+@)(?P<secret>[^\s/\"'\\<>]{1,256})@"),
         # provider keys and tokens by their prefixes: OpenAI and Anthropic (sk-, sk-proj-, sk-ant-), GitHub,
         # GitLab, Slack, AWS access key ids, Google API keys, Stripe, Hugging Face, npm; JSON Web Tokens
         *(

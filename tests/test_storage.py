@@ -365,6 +365,7 @@ FOUND = [
     ("curl -H 'Authorization: Bearer eAbCdEf0123456789GhIjKlMn' https://api", "eAbCdEf0123456789GhIjKlMn"),
     ("DATABASE_URL=postgresql://app:hunter2-prod-pw@db.internal:5432/prod", "hunter2-prod-pw"),
     ("redis://:S3cr3t!pass@cache:6379/0", "S3cr3t!pass"),
+    ("postgresql://app:p@ssw0rd-prod@db:5432/x", "ssw0rd-prod"),  # a URL parser splits at the last "@"
     ("host=db user=app password=Tr0ub4dor!3x dbname=prod", "Tr0ub4dor!3x"),
     ('{"username": "app", "password": "Tr0ub4dor!3x"}', "Tr0ub4dor!3x"),
     ("  client_secret: 8f3c2a91-77d4-4c1e-9b2a-0d6e5f4c3b2a", "8f3c2a91-77d4-4c1e-9b2a-0d6e5f4c3b2a"),
