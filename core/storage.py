@@ -405,9 +405,10 @@ def open_private(path: Path, root: Path) -> int:
         return _open_file(folder, path, os.O_RDWR | os.O_CREAT, root)
 
 
-def read_private(path: Path, root: Path) -> bytes | None:
-    """The bytes of ``path`` (under ``root``), or None when it does not exist. A symbolic link
-    anywhere under ``root``, or anything but a regular file at ``path``, is refused."""
+def read_private(path: Path, root: Path, *, limit: int | None = None) -> bytes | None:
+    """The bytes of ``path`` (under ``root``), or None when it does not exist; only the first
+    ``limit`` bytes when given. A symbolic link anywhere under ``root``, or anything but a
+    regular file at ``path``, is refused."""
     try:
         with _folder_of(path, root, create=False) as folder:
             try:
@@ -419,7 +420,7 @@ def read_private(path: Path, root: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        return f.read(-1 if limit is None else limit)
 
 
 def read_file(path: str | os.PathLike[str]) -> bytes:

@@ -37,6 +37,10 @@ from progressive_compactor.plugin import (
 )
 
 
+HEAD_BYTES = 1 << 20
+"""How much of a records file is read to find the session it belongs to."""
+
+
 class JsonlStore:
     @attrs.frozen
     class Config:
@@ -71,13 +75,17 @@ class JsonlStore:
         return None if data is None else list(parse_records(data, path))
 
     def _session_of(self, stem: str) -> str:
-        """The session whose file ``{stem}.jsonl`` is: the id of its first record, or, when there
-        is none (or it names another file), the name, under which it is listed and deleted."""
+        """The session whose file ``{stem}.jsonl`` is: the id of its first record (looked for in
+        the file's first :data:`HEAD_BYTES` only: a session's records run to megabytes), or, when
+        there is none (or it names another file), the name, under which it is listed and deleted."""
         path = self.directory / f"{stem}.jsonl"
         try:
-            first = next(parse_records(read_private(path, self.top) or b"", path), None)
+            head = read_private(path, self.top, limit=HEAD_BYTES) or b""
         except StorageError:
-            first = None
+            head = b""
+        if len(head) == HEAD_BYTES:  # cut: its whole lines only
+            head = head[: head.rfind(b"\n") + 1]
+        first = next(parse_records(head, path), None)
         return listed_id(stem, first.session_id if first is not None else None)
 
     @hookimpl

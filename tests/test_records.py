@@ -231,6 +231,27 @@ def test_the_store_lists_its_sessions(full_run):
     assert compactor.records() is None
 
 
+def test_listing_a_session_reads_the_head_of_its_records_file_alone(full_run):
+    import tracemalloc
+
+    from progressive_compactor.plugins.store_jsonl import HEAD_BYTES
+
+    compactor, *_, path = full_run
+    line = path.read_bytes().splitlines(keepends=True)[0]
+    with path.open("ab") as f:  # a long session: 32 MB of records
+        f.write(line * (32 * HEAD_BYTES // len(line)))
+    tracemalloc.start()
+    try:
+        found = [info.session_id for info in compactor.sessions() if info.plugin == "store-jsonl"]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found == ["test-session"]
+    assert peak < 4 * HEAD_BYTES  # the whole file would be 32 MB, and as much again split in lines
+    path.write_bytes(b"x" * (HEAD_BYTES + 10) + b"\n" + line)  # no whole line in the head: its name
+    assert [i.session_id for i in compactor.sessions() if i.plugin == "store-jsonl"] == [path.stem]
+
+
 def test_a_store_plugin_that_reads_records_is_asked_first(make_compactor, full_run):
     compactor, *_ = full_run
 
