@@ -270,7 +270,7 @@ class ProgressiveCompactor:
         """One turn; started over from the stored state when another worker saved first."""
         started = time.perf_counter()
         sid = self._session_id(session_id)
-        lost: list[TurnWork] = []  # attempts whose state another turn overtook: their summaries were paid
+        lost: list[TurnWork] = []  # attempts whose save lost: their summaries were paid, their offloads written
         ratio = self._usage.ratio(sid)  # the provider's count over the estimate (1: none reported)
         for attempt in range(1, SAVE_ATTEMPTS + 1):
             done = yield from self._attempt(history, sid, force, ratio, last=attempt == SAVE_ATTEMPTS)
@@ -283,6 +283,9 @@ class ProgressiveCompactor:
             work.tokens_in += earlier.tokens_in
             work.tokens_out += earlier.tokens_out
             work.tokens_in_cached += earlier.tokens_in_cached
+            # A save whose answer was lost stored the state all the same: the next attempt finds
+            # these results offloaded already, and only this record says which call did it.
+            work.offloaded += [entry for entry in earlier.offloaded if entry not in work.offloaded]
         cache = self._caches[sid]
         out = cache.renewed(out)
         stable = corrected(cache.stable_prefix_tokens(out, after, messages), ratio)

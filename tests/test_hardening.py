@@ -409,6 +409,37 @@ def test_a_turn_that_never_wins_its_save_still_sends_a_valid_view_and_says_so(ma
     assert problems(view) == [] and record.offloaded
 
 
+class LosesTheFirstAnswer:
+    """A state store whose first save is done but answered as lost (a connection dropped after
+    the server wrote it): the turn starts over and finds its own state."""
+
+    def __init__(self):
+        self.states = {}
+        self.saves = 0
+
+    @hookimpl
+    def load_state(self, session_id):
+        return self.states.get(session_id)
+
+    @hookimpl
+    def save_state(self, session_id, state):
+        self.saves += 1
+        self.states[session_id] = state
+        return self.saves > 1
+
+
+def test_a_turn_whose_save_was_done_but_answered_as_lost_records_what_it_offloaded(make_compactor):
+    store = LosesTheFirstAnswer()
+    history = [{"role": "user", "content": "go"}] + filler_turns("x", 3)
+    history += [call("big"), result("big", PASSED)] + filler_turns("y", 4)
+    compactor, _ = warn_compactor(make_compactor, plugins={"state": "lossy"}, extra_plugins=[("lossy", store)])
+    view, record = compactor.compact_with_record(history)
+    offloaded = [entry.handle for entry in store.states["test-session"].offloaded.values()]
+    assert offloaded and [entry.handle for entry in record.offloaded] == offloaded
+    assert problems(view) == [] and record.errors == ()
+    assert compactor.records()[-1].id == record.id  # the record of a call that changed the view is kept
+
+
 def test_a_state_whose_boundary_would_start_the_view_with_a_tool_result_is_started_over(make_compactor):
     """A state from elsewhere (a store without compare-and-set, two writers) that covers a tool
     call but not its result would make the cached view start with an orphan result."""
