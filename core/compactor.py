@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-import weakref
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +44,7 @@ from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
 from .record_stamp import new_record_id, record_timestamp
 from .redaction import SecretRegistry, config_registry
 from .session_cache import SessionCache
+from .session_memory import SessionMemory
 from .tiers import Summarized, TierRunner, TurnWork
 from .tools import read_result
 from .usage import UsageAnchors, corrected
@@ -98,15 +97,11 @@ class ProgressiveCompactor:
         self.pm = get_plugin_manager(config, extra_plugins=extra, context=PluginContext(config, self.secrets))
         roles = config.plugins.roles()
         self.hooks = Hooks(self.pm, {tier: roles[role] for tier, role in TIER_ROLES.items()}, self.secrets)
-        self._caches: dict[str, SessionCache] = {}
-        # Turns of one session are served one at a time (two at once would race on its state).
-        self._locks: dict[str, threading.Lock] = {}
-        self._alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-            weakref.WeakKeyDictionary()
-        )
         self._plugin_names = {role: name for role, name in roles.items() if name != "none"}
         self._tiers = TierRunner(self.config, self.hooks, self.secrets)
         self._usage = UsageAnchors()
+        self._memory = SessionMemory(config.cached_sessions, self._usage)
+        """The sessions' caches (the most recently compacted), and a lock per session served."""
 
     # --- compacting ---------------------------------------------------------------------------
 
@@ -191,8 +186,7 @@ class ProgressiveCompactor:
     def delete_session(self, session_id: str | None = None) -> list[str]:
         """Delete a session everywhere (offloads, records, state); returns the errors, if any."""
         sid = session_id or self.session_id
-        self._caches.pop(sid, None)
-        self._usage.forget(sid)
+        self._memory.forget(sid)
         return self.hooks.on_delete_session(sid)
 
     def close(self) -> None:
@@ -221,14 +215,19 @@ class ProgressiveCompactor:
 
     def _run_sync(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
         sid = self._session_id(session_id)
-        with self._locks.get(sid) or self._locks.setdefault(sid, threading.Lock()):
-            return self._drive_sync(self._turn(history, sid, force))
+        try:
+            with self._memory.enter(sid):
+                return self._drive_sync(self._turn(history, sid, force))
+        finally:
+            self._memory.leave(sid)
 
     async def _run_async(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
         sid = self._session_id(session_id)
-        locks = self._alocks.setdefault(asyncio.get_running_loop(), {})
-        async with locks.setdefault(sid, asyncio.Lock()):
-            return await self._drive_async(self._turn(history, sid, force))
+        try:
+            async with self._memory.aenter(sid):
+                return await self._drive_async(self._turn(history, sid, force))
+        finally:
+            self._memory.aleave(sid)
 
     def _drive_sync(self, turn: Generator[SummaryRequest, Summarized, TurnResult]) -> TurnResult:
         try:
@@ -277,7 +276,7 @@ class ProgressiveCompactor:
             if not isinstance(done, TurnWork):
                 break
             lost.append(done)
-        out, messages, work, tier, requested, before, after, msgs_before, repairs = done
+        cache, out, messages, work, tier, requested, before, after, msgs_before, repairs = done
         for earlier in lost:
             work.summarizer_calls += earlier.summarizer_calls
             work.tokens_in += earlier.tokens_in
@@ -286,7 +285,6 @@ class ProgressiveCompactor:
             # A save whose answer was lost stored the state all the same: the next attempt finds
             # these results offloaded already, and only this record says which call did it.
             work.offloaded += [entry for entry in earlier.offloaded if entry not in work.offloaded]
-        cache = self._caches[sid]
         out = cache.renewed(out)
         stable = corrected(cache.stable_prefix_tokens(out, after, messages), ratio)
         self._usage.returned(sid, after)
@@ -323,7 +321,7 @@ class ProgressiveCompactor:
         def unchanged(tier: CompactionTier) -> Any:
             """The view as it stands (the cached one): this turn changes nothing."""
             view = cache.unchanged_view(recent)
-            return view, None, work, tier, requested, tokens_before, tokens_before, msgs_before, repairs
+            return cache, view, None, work, tier, requested, tokens_before, tokens_before, msgs_before, repairs
 
         if requested is CompactionTier.NONE:
             return unchanged(requested)
@@ -359,7 +357,7 @@ class ProgressiveCompactor:
                     return work
             work.errors += save_errors  # a save that failed (not one that lost) is said at once
         out = [message_to_dict(m) for m in view]
-        return out, view, work, tier, requested, tokens_before, tokens_after, msgs_before, repairs
+        return cache, out, view, work, tier, requested, tokens_before, tokens_after, msgs_before, repairs
 
     def _record(
         self,
@@ -420,7 +418,7 @@ class ProgressiveCompactor:
 
     def _cache(self, sid: str, history: History) -> SessionCache:
         """The session's cache, brought up to date with ``history`` (new messages only)."""
-        cache = self._caches.get(sid)
+        cache = self._memory.cache(sid)
         if cache is None or not cache.continues(history):
             cache = SessionCache(
                 sid,
@@ -430,7 +428,7 @@ class ProgressiveCompactor:
                 self.secrets.redact,
                 self.config.pin_request,
             )
-            self._caches[sid] = cache
+            self._memory.keep(sid, cache)
         cache.read(history)
         return cache
 
@@ -468,7 +466,7 @@ class ProgressiveCompactor:
         if saved is False:
             errors.append("saving session state failed: another turn of this session saved its state first")
             return None
-        cache = self._caches.get(sid)
+        cache = self._memory.cache(sid)
         if cache is not None:
             cache.saved(state)
         return True

@@ -159,6 +159,11 @@ class CompactorConfig:
     and values of settings named like secrets (``PASSWORD=``, ``"api_key": ...``) that hold a
     digit or a symbol. ``False``: the known secrets only (an agent reads back offloaded results
     as they were)."""
+    cached_sessions: int = 256
+    """How many sessions' caches (what the compactor has read of each history, about half a
+    megabyte for a few hundred messages) one compactor keeps in memory: beyond it the least
+    recently compacted session's is dropped, and its next turn reads its history again, as a
+    worker that never served it would (its state is in the state store)."""
     data_dir: str | None = None
     """Where plugins keep files (``{data_dir}`` in their settings). Default: the environment
     variable ``COMPACTOR_DATA_DIR``, else a per-user data folder (``~/.local/share/...``)."""

@@ -63,6 +63,7 @@ def core_problems(config: CompactorConfig) -> list[str]:
         "tool_result_threshold": "results longer than this many characters are offloaded on arrival",
         "max_summary_tokens": "the largest summary, in tokens",
         "intent_max_chars": "how much of the user's request is kept verbatim, in characters",
+        "cached_sessions": "how many sessions' caches a compactor keeps in memory",
     }
     for name, meaning in positive.items():
         value = getattr(config, name)

@@ -36,7 +36,6 @@ from progressive_compactor.plugin import (
     safe_name,
 )
 
-
 HEAD_BYTES = 1 << 20
 """How much of a records file is read to find the session it belongs to."""
 

@@ -76,6 +76,10 @@ def test_the_default_config_matches_the_code_defaults():
         ({"plugins": {"stores": ["store-jsonl", 3]}}, "@ $.plugins.stores[1]"),
         ({"context_window": 0}, ("context_window must be more than 0, got 0 (", "@ $.context_window")),
         ({"min_tail_messages": -1}, "@ $.min_tail_messages"),
+        (
+            {"cached_sessions": 0},
+            ("cached_sessions must be more than 0, got 0 (how many sessions'", "@ $.cached_sessions"),
+        ),
         ({"summary_requests": "cached"}, "summary_requests must be lean or cache-friendly, got 'cached'"),
         (
             {"fallback_budget": 1.5},
@@ -138,6 +142,7 @@ def test_the_default_config_matches_the_code_defaults():
         "int-in-list",
         "zero-window",
         "negative-tail",
+        "no-cached-sessions",
         "unknown-summary-requests",
         "budget-over-one",
         "budget-in-percent",

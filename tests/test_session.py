@@ -336,14 +336,14 @@ def test_equal_messages_passed_as_new_objects_continue_the_session(make_compacto
     framework that converts its own messages) continues the session: same views, the same cache."""
     compactor = make_compactor(context_window=window_for(history, 0.5))
     first = compactor.compact(history)
-    cache = compactor._caches[compactor.session_id]
+    cache = compactor._memory.cache(compactor.session_id)
     rebuilt = copy.deepcopy(history)
     again = compactor.compact(tuple(rebuilt))
-    assert again == first and compactor._caches[compactor.session_id] is cache
+    assert again == first and compactor._memory.cache(compactor.session_id) is cache
     assert all(a is b for a, b in zip(again, rebuilt, strict=True))  # this turn's objects, not the first's
     longer = copy.deepcopy(history) + tool_turn("next", 100)
     assert compactor.compact(longer) == history + tool_turn("next", 100)
-    assert compactor._caches[compactor.session_id] is cache
+    assert compactor._memory.cache(compactor.session_id) is cache
 
 
 def test_an_earlier_turn_sent_again_leaves_the_newer_state(make_compactor, history):
@@ -466,6 +466,71 @@ def test_a_state_plugin_lets_workers_share_a_session(make_compactor, history):
     assert view_b[: len(view_a)] == view_a
     worker_b.delete_session()
     assert "test-session" not in shared.states
+
+
+# --- what a compactor keeps in memory --------------------------------------------------------------
+
+
+def test_a_compactor_keeps_the_caches_of_its_most_recent_sessions_alone(make_compactor, history):
+    window = window_for(history, 0.85)
+    bounded = make_compactor(context_window=window, cached_sessions=2)
+    unbounded = make_compactor(context_window=window)
+    for sid in ("a", "b", "c"):
+        assert bounded.compact(history, sid) == unbounded.compact(history, sid)
+        assert bounded.observe_usage(sid, 2 * window) is not None
+    assert len(bounded._memory) == 2 and bounded._memory.cache("a") is None
+    assert bounded._usage.ratio("a") == 1.0 and bounded._usage.ratio("c") > 1.0  # dropped with its cache
+    longer = history + tool_turn("next", 300)
+    for sid in ("a", "b", "c"):  # "a" reads its history again, and goes on from its stored state
+        view, record = bounded.compact_with_record(longer, sid)
+        assert view == unbounded.compact(longer, sid) and record.errors == ()
+
+
+def test_a_long_running_compactor_holds_what_its_recent_sessions_need_alone(make_compactor):
+    import gc
+    import tracemalloc
+
+    compactor = make_compactor(cached_sessions=4)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for n in range(40):  # each caller drops its history once the turn is served
+            compactor.compact(build_history([20_000] * 10), f"session-{n}")
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert kept < 8 * 200_000  # four sessions of 200 kB and some; all forty would be 8 MB
+    assert len(compactor._memory) == 4 and compactor._memory._locks == {}
+
+
+def test_turns_of_one_session_wait_for_each_other_and_leave_no_lock_behind(make_compactor, history):
+    import threading
+
+    order = []
+
+    class Slow:
+        @hookimpl
+        def summarize(self, request):
+            order.append("start")
+            threading.Event().wait(0.05)
+            order.append("end")
+            return None  # the offline summarizer answers
+
+    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("slow", Slow())])
+    threads = [threading.Thread(target=compactor.compact, args=(history, "s")) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert order and order == ["start", "end"] * (len(order) // 2)  # never two summaries at once
+    assert compactor._memory._locks == {}
+
+    async def three_at_once():
+        await asyncio.gather(*(compactor.acompact(history, f"t{n % 2}") for n in range(3)))
+        return dict(compactor._memory._alocks[asyncio.get_running_loop()])
+
+    assert asyncio.run(three_at_once()) == {}
 
 
 # --- the state stores: compare-and-set ------------------------------------------------------------

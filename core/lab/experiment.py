@@ -280,8 +280,10 @@ class ExperimentCompactor(ProgressiveCompactor):
             name = self._assigned.get(sid)
             if name is None:
                 name, stored = self._decide(sid)
-                if stored:
+                if stored:  # a memo of the stored variant, for as many sessions as are cached
                     self._assigned[sid] = name
+                    if len(self._assigned) > self.config.cached_sessions:
+                        del self._assigned[next(iter(self._assigned))]
         return name
 
     def _decide(self, sid: str) -> tuple[str, bool]:
@@ -399,7 +401,7 @@ class ExperimentCompactor(ProgressiveCompactor):
         if state is not None and state.variant in self.experiment.names:
             errors += self._variant_compactor(state.variant).delete_session(sid)
         for compactor in list(self._variants.values()):
-            compactor._caches.pop(sid, None)
+            compactor._memory.forget(sid)
         errors += [e for e in super().delete_session(sid) if e not in errors]
         self._assigned.pop(sid, None)
         return errors

@@ -1,0 +1,96 @@
+"""What a compactor keeps of its sessions in its own process, bounded.
+
+A session's cache (:class:`~progressive_compactor.session_cache.SessionCache`: what the compactor
+has read of its history) holds the history's messages: about half a megabyte for a session of a
+few hundred messages. A compactor that serves a long-running worker sees thousands of sessions;
+it keeps the caches of the ``cached_sessions`` most recently compacted ones and drops the least
+recently compacted beyond that, with its usage ratio. A dropped session's next turn reads its
+history again and counts with ratio 1 until the provider reports again, as a worker that never
+served it would: its state is in the state store, so its view is the same.
+
+Turns of one session are served one at a time (two at once would race on its state): a lock per
+session, kept while a turn of it is waiting or running, then dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import OrderedDict
+
+from .session_cache import SessionCache
+from .usage import UsageAnchors
+
+
+class SessionMemory:
+    """The caches of the ``limit`` most recently compacted sessions, the usage ratios of the same
+    sessions, and a lock per session being served (thread-safe)."""
+
+    def __init__(self, limit: int, usage: UsageAnchors):
+        self.limit = limit
+        self.usage = usage
+        self._caches: OrderedDict[str, SessionCache] = OrderedDict()
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
+        self._alocks: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Lock, list[int]]]
+        ] = weakref.WeakKeyDictionary()
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+    def cache(self, session_id: str) -> SessionCache | None:
+        """The session's cache, now the most recently used, or None."""
+        with self._guard:
+            cache = self._caches.get(session_id)
+            if cache is not None:
+                self._caches.move_to_end(session_id)
+            return cache
+
+    def keep(self, session_id: str, cache: SessionCache) -> None:
+        """Keep ``cache`` as the session's; drop the least recently used beyond the limit."""
+        with self._guard:
+            self._caches[session_id] = cache
+            self._caches.move_to_end(session_id)
+            dropped = [self._caches.popitem(last=False)[0] for _ in range(len(self._caches) - self.limit)]
+        for each in dropped:
+            self.usage.forget(each)
+
+    def forget(self, session_id: str) -> None:
+        """Drop the session's cache and usage ratio (a deleted session)."""
+        with self._guard:
+            self._caches.pop(session_id, None)
+        self.usage.forget(session_id)
+
+    def enter(self, session_id: str) -> threading.Lock:
+        """The session's lock, to hold while a turn of it runs (one turn of a session at a time);
+        :meth:`leave` when the turn is done, held or not."""
+        with self._guard:
+            lock, users = self._locks.get(session_id) or self._locks.setdefault(session_id, (threading.Lock(), [0]))
+            users[0] += 1
+        return lock
+
+    def leave(self, session_id: str) -> None:
+        with self._guard:
+            users = self._locks[session_id][1]
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[session_id]
+
+    def aenter(self, session_id: str) -> asyncio.Lock:
+        """:meth:`enter` for the turns of the running event loop (each loop has its own locks)."""
+        locks = self._alocks.setdefault(asyncio.get_running_loop(), {})
+        lock, users = locks.get(session_id) or locks.setdefault(session_id, (asyncio.Lock(), [0]))
+        users[0] += 1
+        return lock
+
+    def aleave(self, session_id: str) -> None:
+        locks = self._alocks[asyncio.get_running_loop()]
+        users = locks[session_id][1]
+        users[0] -= 1
+        if not users[0]:
+            del locks[session_id]
+
+
+__all__ = ["SessionMemory"]
