@@ -418,7 +418,7 @@ class ProgressiveCompactor:
 
     def _cache(self, sid: str, history: History) -> SessionCache:
         """The session's cache, brought up to date with ``history`` (new messages only)."""
-        cache = self._memory.cache(sid)
+        cache = self._memory.caches.get(sid)
         if cache is None or not cache.continues(history):
             cache = SessionCache(
                 sid,
@@ -428,7 +428,7 @@ class ProgressiveCompactor:
                 self.secrets.redact,
                 self.config.pin_request,
             )
-            self._memory.keep(sid, cache)
+            self._memory.caches.put(sid, cache)
         cache.read(history)
         return cache
 
@@ -466,7 +466,7 @@ class ProgressiveCompactor:
         if saved is False:
             errors.append("saving session state failed: another turn of this session saved its state first")
             return None
-        cache = self._memory.cache(sid)
+        cache = self._memory.caches.get(sid)
         if cache is not None:
             cache.saved(state)
         return True

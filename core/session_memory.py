@@ -18,9 +18,49 @@ import asyncio
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from .session_cache import SessionCache
 from .usage import UsageAnchors
+
+V = TypeVar("V")
+
+
+class RecentlyUsed(Generic[V]):
+    """Values by session id, for the ``limit`` sessions used most recently (thread-safe); a
+    value dropped beyond the limit is handed to ``on_drop`` with its session id."""
+
+    def __init__(self, limit: int, on_drop: Callable[[str], None] | None = None):
+        self.limit = limit
+        self.on_drop = on_drop
+        self._values: OrderedDict[str, V] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, session_id: str) -> V | None:
+        """The session's value, now the most recently used, or None."""
+        with self._guard:
+            value = self._values.get(session_id)
+            if value is not None:
+                self._values.move_to_end(session_id)
+            return value
+
+    def put(self, session_id: str, value: V) -> None:
+        """Keep ``value`` as the session's; drop the least recently used beyond the limit."""
+        with self._guard:
+            self._values[session_id] = value
+            self._values.move_to_end(session_id)
+            dropped = [self._values.popitem(last=False)[0] for _ in range(len(self._values) - self.limit)]
+        if self.on_drop is not None:
+            for each in dropped:
+                self.on_drop(each)
+
+    def pop(self, session_id: str) -> None:
+        with self._guard:
+            self._values.pop(session_id, None)
 
 
 class SessionMemory:
@@ -28,39 +68,17 @@ class SessionMemory:
     sessions, and a lock per session being served (thread-safe)."""
 
     def __init__(self, limit: int, usage: UsageAnchors):
-        self.limit = limit
+        self.caches: RecentlyUsed[SessionCache] = RecentlyUsed(limit, on_drop=usage.forget)
         self.usage = usage
-        self._caches: OrderedDict[str, SessionCache] = OrderedDict()
         self._guard = threading.Lock()
         self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
         self._alocks: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Lock, list[int]]]
         ] = weakref.WeakKeyDictionary()
 
-    def __len__(self) -> int:
-        return len(self._caches)
-
-    def cache(self, session_id: str) -> SessionCache | None:
-        """The session's cache, now the most recently used, or None."""
-        with self._guard:
-            cache = self._caches.get(session_id)
-            if cache is not None:
-                self._caches.move_to_end(session_id)
-            return cache
-
-    def keep(self, session_id: str, cache: SessionCache) -> None:
-        """Keep ``cache`` as the session's; drop the least recently used beyond the limit."""
-        with self._guard:
-            self._caches[session_id] = cache
-            self._caches.move_to_end(session_id)
-            dropped = [self._caches.popitem(last=False)[0] for _ in range(len(self._caches) - self.limit)]
-        for each in dropped:
-            self.usage.forget(each)
-
     def forget(self, session_id: str) -> None:
         """Drop the session's cache and usage ratio (a deleted session)."""
-        with self._guard:
-            self._caches.pop(session_id, None)
+        self.caches.pop(session_id)
         self.usage.forget(session_id)
 
     def enter(self, session_id: str) -> threading.Lock:
@@ -93,4 +111,4 @@ class SessionMemory:
             del locks[session_id]
 
 
-__all__ = ["SessionMemory"]
+__all__ = ["RecentlyUsed", "SessionMemory"]

@@ -259,6 +259,22 @@ def test_the_read_tool_reads_the_threads_own_results(make_compactor):
     }
 
 
+def test_a_middleware_serving_many_threads_keeps_what_its_recent_threads_need(make_compactor):
+    """One agent serves every user: the middleware keeps the converted messages of as many threads
+    as the compactor keeps sessions of, and a thread it dropped goes on as it would have."""
+    compactor = make_compactor(context_window=100_000, cached_sessions=2)
+    middleware = CompactionMiddleware(compactor)
+    model = ScriptedModel(requests=[])
+    agent = create_agent(model, tools=[], middleware=[middleware], checkpointer=InMemorySaver())
+    threads = ("t1", "t2", "t3")
+    for thread in threads:
+        agent.invoke({"messages": [HumanMessage(f"hello from {thread}")]}, {"configurable": {"thread_id": thread}})
+    assert len(middleware._converters) == 2 and middleware._converters.get("t1") is None
+    agent.invoke({"messages": [HumanMessage("and again")]}, {"configurable": {"thread_id": "t1"}})
+    assert [m["content"] for m in model.requests[-1]] == ["hello from t1", FINAL_ANSWER, "and again"]
+    assert middleware._converters.get("t1") is not None and len(middleware._converters) == 2
+
+
 def test_a_failing_compactor_never_breaks_the_run(make_compactor, caplog):
     store = ListStore()
     compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])

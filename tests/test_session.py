@@ -336,14 +336,14 @@ def test_equal_messages_passed_as_new_objects_continue_the_session(make_compacto
     framework that converts its own messages) continues the session: same views, the same cache."""
     compactor = make_compactor(context_window=window_for(history, 0.5))
     first = compactor.compact(history)
-    cache = compactor._memory.cache(compactor.session_id)
+    cache = compactor._memory.caches.get(compactor.session_id)
     rebuilt = copy.deepcopy(history)
     again = compactor.compact(tuple(rebuilt))
-    assert again == first and compactor._memory.cache(compactor.session_id) is cache
+    assert again == first and compactor._memory.caches.get(compactor.session_id) is cache
     assert all(a is b for a, b in zip(again, rebuilt, strict=True))  # this turn's objects, not the first's
     longer = copy.deepcopy(history) + tool_turn("next", 100)
     assert compactor.compact(longer) == history + tool_turn("next", 100)
-    assert compactor._memory.cache(compactor.session_id) is cache
+    assert compactor._memory.caches.get(compactor.session_id) is cache
 
 
 def test_an_earlier_turn_sent_again_leaves_the_newer_state(make_compactor, history):
@@ -478,7 +478,7 @@ def test_a_compactor_keeps_the_caches_of_its_most_recent_sessions_alone(make_com
     for sid in ("a", "b", "c"):
         assert bounded.compact(history, sid) == unbounded.compact(history, sid)
         assert bounded.observe_usage(sid, 2 * window) is not None
-    assert len(bounded._memory) == 2 and bounded._memory.cache("a") is None
+    assert len(bounded._memory.caches) == 2 and bounded._memory.caches.get("a") is None
     assert bounded._usage.ratio("a") == 1.0 and bounded._usage.ratio("c") > 1.0  # dropped with its cache
     longer = history + tool_turn("next", 300)
     for sid in ("a", "b", "c"):  # "a" reads its history again, and goes on from its stored state
@@ -501,7 +501,7 @@ def test_a_long_running_compactor_holds_what_its_recent_sessions_need_alone(make
     finally:
         tracemalloc.stop()
     assert kept < 8 * 200_000  # four sessions of 200 kB and some; all forty would be 8 MB
-    assert len(compactor._memory) == 4 and compactor._memory._locks == {}
+    assert len(compactor._memory.caches) == 4 and compactor._memory._locks == {}
 
 
 def test_turns_of_one_session_wait_for_each_other_and_leave_no_lock_behind(make_compactor, history):

@@ -54,6 +54,7 @@ from langchain_core.tools import StructuredTool
 from ..compactor import ProgressiveCompactor
 from ..converters import record_to_dict
 from ..notice import notice
+from ..session_memory import RecentlyUsed
 from .common import (
     READ_TOOL_DESCRIPTION,
     READ_TOOL_NAME,
@@ -213,7 +214,8 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
     ):
         super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
         self.tools = [read_tool_result_tool(compactor, self._tool_session)] if read_tool else []
-        self._converters: dict[str, Converter] = {}
+        self._converters: RecentlyUsed[Converter] = RecentlyUsed(compactor.config.cached_sessions)
+        """The threads' converters, for as many threads as the compactor keeps sessions of."""
 
     def session_of(self, request: ModelRequest) -> str:
         chosen = self.chosen_session(request)
@@ -233,7 +235,11 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
 
     def _history(self, request: ModelRequest, sid: str) -> list[dict[str, Any]]:
         messages = [request.system_message, *request.messages] if request.system_message else list(request.messages)
-        return self._converters.setdefault(sid, Converter()).dicts(messages)
+        converter = self._converters.get(sid)
+        if converter is None:
+            converter = Converter()
+            self._converters.put(sid, converter)
+        return converter.dicts(messages)
 
     def _request(self, request: ModelRequest, history: list[dict[str, Any]], outcome: Outcome) -> ModelRequest:
         if outcome.failed:

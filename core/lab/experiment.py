@@ -76,6 +76,7 @@ from ..errors import CompactorError, ConfigError, StateConflictError
 from ..models import CompactionRecord, CompactionTier, SessionState
 from ..options import keyword_plugins
 from ..pricing import DEFAULT_PRICES, Cost, PriceTable, call_cost
+from ..session_memory import RecentlyUsed
 from ..validation import check_config_data, config_from_dict, variant_data
 from .probes import CATEGORIES
 from .replay import METER_NAME, SummarizerMeter
@@ -263,7 +264,8 @@ class ExperimentCompactor(ProgressiveCompactor):
         store = self.pm.get_plugin(state_name)
         self._shared: list[tuple[str, Any]] = [*([(state_name, store)] if store is not None else []), *extra]
         self._variants: dict[str, ProgressiveCompactor] = {}
-        self._assigned: dict[str, str] = {}
+        self._assigned: RecentlyUsed[str] = RecentlyUsed(self.config.cached_sessions)
+        """A memo of the variants stored with the sessions' states."""
         self._lock = threading.Lock()
         self._warned: set[str] = set()
 
@@ -280,10 +282,8 @@ class ExperimentCompactor(ProgressiveCompactor):
             name = self._assigned.get(sid)
             if name is None:
                 name, stored = self._decide(sid)
-                if stored:  # a memo of the stored variant, for as many sessions as are cached
-                    self._assigned[sid] = name
-                    if len(self._assigned) > self.config.cached_sessions:
-                        del self._assigned[next(iter(self._assigned))]
+                if stored:
+                    self._assigned.put(sid, name)
         return name
 
     def _decide(self, sid: str) -> tuple[str, bool]:
@@ -403,7 +403,7 @@ class ExperimentCompactor(ProgressiveCompactor):
         for compactor in list(self._variants.values()):
             compactor._memory.forget(sid)
         errors += [e for e in super().delete_session(sid) if e not in errors]
-        self._assigned.pop(sid, None)
+        self._assigned.pop(sid)
         return errors
 
     def _release(self, compactor: ProgressiveCompactor) -> None:
