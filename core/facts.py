@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
 
-from .messages import text_of
+from .messages import carried_result, text_of
 from .models import Facts, Message
 from .redaction import mask_credentials
 
@@ -438,6 +438,8 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000, requ
     tools: dict[str, None] = {}
     calls: dict[str, tuple[str, str]] = {}
     for m in messages:
+        if m.role == "user" and (carried := carried_result(m)) is not None:
+            m = carried  # a result that arrived apart from its call: a result, not an instruction
         if m.role == "assistant":
             for call in m.tool_calls:
                 calls[call.id] = (call.name, call.arguments)

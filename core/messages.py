@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -219,11 +220,36 @@ def view_problems(messages: Sequence[Message]) -> list[str]:
     return problems
 
 
+_LATE_RESULT = re.compile(r"\[Tool result for call (.*?), which arrived apart from its call\]\n", re.DOTALL)
+"""How a tool result that answers no call of its run starts once the repair made it a user message."""
+
+
 def _late_result(m: Message) -> Message:
     return Message(
         role="user",
         content=f"[Tool result for call {m.tool_call_id}, which arrived apart from its call]\n{text_of(m)}",
     )
+
+
+def carried_result(m: Message) -> Message | None:
+    """The tool result ``m`` holds: ``m`` itself, a tool message with a call id; a tool message
+    with the call id and the text of a result that arrived apart from its call, which the repair
+    made a user message (it is offloaded and its facts are read like any result); else None."""
+    if m.role == "tool":
+        return m if m.tool_call_id else None
+    content = m.content
+    if m.role != "user" or type(content) is not str or not content.startswith("[Tool result for call "):
+        return None
+    match = _LATE_RESULT.match(content)
+    if match is None:
+        return None
+    return Message(role="tool", content=content[match.end() :], tool_call_id=match.group(1))
+
+
+def with_result_text(m: Message, text: str) -> Message:
+    """``m``, a message :func:`carried_result` gives a result of, with ``text`` as that result's."""
+    match = _LATE_RESULT.match(m.content) if m.role == "user" and type(m.content) is str else None
+    return replace_content(m, text if match is None else m.content[: match.end()] + text)
 
 
 def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> tuple[list[Message], int]:

@@ -33,7 +33,14 @@ from typing import Any
 import attrs
 
 from .facts import first_user_request, request_index
-from .messages import fingerprint, message_from_dict, message_to_dict, repair_tool_pairs, replace_content, text_of
+from .messages import (
+    fingerprint,
+    message_from_dict,
+    message_to_dict,
+    repair_tool_pairs,
+    text_of,
+    with_result_text,
+)
 from .models import Message, SessionState
 from .redaction import redact_data
 
@@ -396,12 +403,12 @@ class SessionCache:
         says this very message was offloaded: the entry is found by position and must carry the
         message's fingerprint, so a tool call id reused later in the session, or another history
         under the same session id, never gets another result's placeholder."""
-        if message.role != "tool" or not state.offloaded:
+        if not state.offloaded or message.role not in ("tool", "user"):
             return message
         entry = state.offloaded.get(str(position))
         if entry is None or entry.fingerprint != self.fingerprint(position):
             return message
-        return replace_content(message, entry.placeholder)
+        return with_result_text(message, entry.placeholder)
 
     def fingerprint(self, position: int) -> str:
         """The fingerprint of the repaired message at ``position`` as the history has it; a

@@ -29,7 +29,7 @@ from .config import CompactorConfig
 from .converters import EMERGENCY_CAUSE
 from .errors import FallbackError
 from .facts import extract_facts
-from .messages import group_start, replace_content, text_of
+from .messages import carried_result, group_start, text_of, with_result_text
 from .models import (
     MAX_DROPPED_HANDLES,
     Anchor,
@@ -261,7 +261,7 @@ class TierRunner:
             shortened = [
                 start + j
                 for j, m in enumerate(kept)
-                if m.role == "tool" and text_of(m) != text_of(work.uncovered[start + j])
+                if carried_result(m) is not None and text_of(m) != text_of(work.uncovered[start + j])
             ]
             if not shortened or not self._offload(cache, work, len(work.uncovered), only=shortened, threshold=0):
                 break
@@ -332,7 +332,7 @@ class TierRunner:
         handles = list(previous.dropped_handles)
         for position in range(previous.covered, covered):
             entry = previous.offloaded.get(str(position))
-            if entry is not None and entry.handle not in handles:
+            if entry is not None and entry.handle not in handles and entry.fingerprint == cache.fingerprint(position):
                 handles.append(entry.handle)
         return attrs.evolve(  # summary and anchors are made of masked parts: the state's, the facts, the summary
             previous,
@@ -374,9 +374,13 @@ class TierRunner:
         tails: list[int] | None = None  # tails[k]: the tokens of counts[k:], summed once a result is weighed
         for i in range(min(end, len(work.uncovered))) if only is None else only:
             m = work.uncovered[i]
-            if m.role != "tool" or not m.tool_call_id or str(start + i) in offloaded:
+            result = carried_result(m)
+            if result is None:
                 continue
-            size = len(text_of(m))
+            kept = offloaded.get(str(start + i))
+            if kept is not None and kept.fingerprint == cache.fingerprint(start + i):
+                continue  # an entry of another message (an edited history) is replaced
+            size = len(text_of(result))
             if size <= threshold:
                 continue
             if break_factor is not None:
@@ -386,16 +390,16 @@ class TierRunner:
                 if after > break_factor * (counts[i] * (1 - PLACEHOLDER_CHARS / size)):
                     continue
             try:
-                entry = self.hooks.offload(m, work.session_id, threshold)
+                entry = self.hooks.offload(result, work.session_id, threshold)
             except Exception as exc:  # noqa: BLE001 - keep the original, note the error
-                work.errors.append(f"offload of {m.tool_call_id} failed: {type(exc).__name__}: {exc}")
+                work.errors.append(f"offload of {result.tool_call_id} failed: {type(exc).__name__}: {exc}")
                 continue
             if entry is None:
                 continue
             entry = attrs.evolve(entry, position=start + i, fingerprint=cache.fingerprint(start + i))
             offloaded[str(start + i)] = entry
             work.offloaded.append(entry)
-            work.uncovered[i] = replace_content(m, entry.placeholder)
+            work.uncovered[i] = with_result_text(m, entry.placeholder)
             work.counts[i] = self.hooks.estimate_tokens([work.uncovered[i]])[0]
             changed = True
         if changed:

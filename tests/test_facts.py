@@ -146,6 +146,24 @@ def test_failed_commands_with_their_error_line(facts):
     assert "AssertionError: expected 3" in failed
 
 
+def test_a_result_that_arrived_apart_from_its_call_is_a_result_not_an_instruction():
+    from progressive_compactor.messages import repair_tool_pairs
+    from progressive_compactor.testing import tool_call
+
+    history = [
+        {"role": "user", "content": "Fix the bug in parser.py"},
+        {"role": "assistant", "content": "run the tests", "tool_calls": [tool_call("call_A", "pytest -x")]},
+        {"role": "assistant", "content": "meanwhile", "tool_calls": [tool_call("call_B", "cat parser.py")]},
+        {"role": "tool", "tool_call_id": "call_B", "content": "def parse(): pass"},
+        {"role": "tool", "tool_call_id": "call_A", "content": "E   ValueError: bad token\nExit code: 1"},
+    ]
+    repaired, repairs = repair_tool_pairs(messages_from_dicts(history))
+    facts = extract_facts(repaired)
+    assert repairs == 2 and repaired[-1].role == "user"  # the late result, and call_A's missing one
+    assert facts.instructions == ()
+    assert facts.failed_commands == ("`pytest -x` -> E   ValueError: bad token",)
+
+
 def test_a_command_that_fails_without_a_word_is_not_a_tried_solution():
     history = messages_from_dicts(
         [

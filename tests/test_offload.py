@@ -17,7 +17,15 @@ from progressive_compactor.plugin import PLACEHOLDER_PREFIX
 from progressive_compactor.plugins import offload_files
 from progressive_compactor.plugins.offload_files import FileOffloader
 from progressive_compactor.storage import safe_name
-from progressive_compactor.testing import build_history, compaction_message, filler, problems, tool_turn, window_for
+from progressive_compactor.testing import (
+    build_history,
+    compaction_message,
+    filler,
+    problems,
+    tool_call,
+    tool_turn,
+    window_for,
+)
 from progressive_compactor.tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
 
 TAIL = 6
@@ -469,3 +477,52 @@ def test_a_reused_tool_call_id_does_not_get_the_earlier_results_placeholder(make
     contents = [m["content"] for m in view if m.get("tool_call_id") == "call_0"]
     assert contents[0].startswith(PLACEHOLDER_PREFIX)
     assert contents[1] == "second answer"
+
+
+def readable(compactor, view, text):
+    """Whether ``text`` is in ``view`` or read back whole by a handle the session knows of."""
+    state = compactor.state()
+    handles = {*state.dropped_handles, *(e.handle for e in state.offloaded.values())}
+    return any(text == m.get("content") for m in view) or any(compactor.read_tool_result(h) == text for h in handles)
+
+
+def test_a_result_edited_after_its_offload_is_offloaded_again_before_it_is_folded(make_compactor):
+    """A retried tool call, or a result edited by the caller, at a position whose earlier text was
+    offloaded: the new text gets its own handle, and the compaction message lists that one."""
+    first, second = filler(9000, "FIRST"), filler(9000, "SECOND")
+    history = build_history([9000, 300, 300] + [2500] * 6)
+    history[3]["content"] = first
+    compactor = make_compactor(context_window=window_for(history, 0.65))
+    assert [e.tool_call_id for e in compactor.compact_with_record(history)[1].offloaded][0] == "call_0"
+    edited = [dict(m) for m in history] + tool_turn("more_0", 2500) + tool_turn("more_1", 2500)
+    edited[3]["content"] = second
+    view, record = compactor.compact_with_record(edited)
+    assert record.tier >= CompactionTier.SOFT and problems(view) == []
+    assert readable(compactor, view, second)
+    listed = [
+        line[2:] for line in compaction_message(view)["content"].splitlines() if line.startswith("- test-session/")
+    ]
+    assert listed and all(compactor.read_tool_result(h) != first for h in listed)
+
+
+LATE = [
+    {"role": "user", "content": "Fix the bug in parser.py"},
+    {"role": "assistant", "content": "run it", "tool_calls": [tool_call("call_A", "pytest -x")]},
+    {"role": "assistant", "content": "meanwhile read it", "tool_calls": [tool_call("call_B", "cat parser.py")]},
+    {"role": "tool", "tool_call_id": "call_B", "content": "def parse(): pass"},
+]
+"""A history whose call_A is answered late: after call_B's turn (the next message)."""
+
+
+@pytest.mark.parametrize("share", [0.75, 0.97], ids=["summary", "truncation"])
+def test_a_result_that_arrives_late_is_offloaded_before_it_leaves_the_view(make_compactor, share):
+    big = filler(20_000, "BIGRESULT")
+    history = [*LATE, {"role": "tool", "tool_call_id": "call_A", "content": big}]
+    for i in range(12):
+        history += tool_turn(f"c{i}", 1500)
+    compactor = make_compactor(context_window=window_for(history, share))
+    view, record = compactor.compact_with_record(history)
+    assert record.tier >= CompactionTier.SOFT and problems(view) == []
+    assert "call_A" in [e.tool_call_id for e in record.offloaded]
+    entry = next(e for e in record.offloaded if e.tool_call_id == "call_A")
+    assert compactor.read_tool_result(entry.handle) == big
