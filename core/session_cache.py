@@ -223,12 +223,16 @@ class SessionCache:
         if cut <= 0:
             return
         repaired, counts, repairs = self._repair(msgs[:cut])
+        # The request is looked for among the messages as the history has them: a system message
+        # that the repair made a user message is no request. The repair keeps user messages as
+        # they are: the request is found in the repaired list by identity.
         if self.request_index is None:
-            found = request_index(repaired)
+            found = request_index(msgs[:cut])
             if found is not None:
-                self.request_index = len(self.settled) + found
+                request = msgs[found]
+                self.request_index = len(self.settled) + next(j for j, m in enumerate(repaired) if m is request)
         if self.first_request is None:
-            self.first_request = first_user_request(repaired, self.intent_max_chars)
+            self.first_request = first_user_request(msgs[:cut], self.intent_max_chars)
         self.settled.extend(repaired)
         self.settled_tokens.extend(counts)
         self.settled_repairs += repairs
@@ -248,7 +252,7 @@ class SessionCache:
             counts = [c if m is r else self.estimate([m])[0] for m, r, c in zip(shown, repaired, counts, strict=True)]
             repaired = shown
         if self.first_request is None:
-            self.first_request = first_user_request(repaired, self.intent_max_chars)
+            self.first_request = first_user_request(self.recent_messages, self.intent_max_chars)
         self._recent_key = key
         self._recent = Recent(repaired, counts, [message_to_dict(m) for m in repaired], repairs)
         return self._recent

@@ -402,6 +402,21 @@ def test_a_developer_message_first_is_kept_as_the_system_message(make_compactor,
     assert problems(view) == []
 
 
+@pytest.mark.parametrize("ratio", [0.75, 0.85, 0.97], ids=["soft", "full", "emergency"])
+def test_a_second_system_message_is_not_taken_for_the_request(make_compactor, ratio):
+    """A harness's second system message (tools, working directory) before the user's request: the
+    repair makes it a user message, and the request is still the user's, pinned whole."""
+    request = "Migrate the billing service to gRPC." + " Keep the retry semantics and the public API." * 12
+    history = build_history([5000] * 10, request=request)
+    history.insert(1, {"role": "system", "content": "Tools available: bash. Working directory: /repo."})
+    compactor = make_compactor("default", context_window=window_for(history, ratio))
+    view, record = compactor.compact_with_record(history)
+    assert record.tier >= CompactionTier.SOFT and problems(view) == []
+    assert {"role": "user", "content": request} in view
+    if compactor.state().covered:  # pinned right after the system message
+        assert view[1] == {"role": "user", "content": request}
+
+
 def test_a_request_with_an_image_is_pinned_with_its_image(make_compactor):
     parts = [
         {"type": "text", "text": "Make the page look like this mockup."},
