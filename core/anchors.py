@@ -265,9 +265,22 @@ def _intent(current: Anchor, facts: Facts, everything: str) -> Anchor:
     instructions, the summarizer's notes) with the later instructions of ``facts`` that
     ``everything`` lacks, the newest :data:`MAX_ANCHOR_LINES` of them."""
     lines = _beyond_request(current.content, facts.user_request)
-    lines += [f"{LATER_INSTRUCTION}{i}" for i in facts.instructions if i.lower() not in everything]
+    stated = {_norm(line).removeprefix(_LATER) for line in lines}
+    lines += [f"{LATER_INSTRUCTION}{i}" for i in facts.instructions if not _stated(i.lower(), stated, everything)]
     head = [facts.user_request] if facts.user_request else []
     return Anchor(AnchorType.USER_INTENT, "\n".join(head + lines[-MAX_ANCHOR_LINES:]) or NOT_AVAILABLE)
+
+
+_LATER = _norm(LATER_INSTRUCTION) + " "
+SHORT_INSTRUCTION = 40
+"""An instruction shorter than this many characters ("use pytest") counts as stated only on a line
+of its own: as a piece of another line it may be part of another instruction."""
+
+
+def _stated(instruction: str, lines: Collection[str], everything: str) -> bool:
+    """Whether ``instruction`` (in lower case) is stated already: a line of the intent (``lines``,
+    normalised, without the later-instruction prefix), or, when it is long, anywhere."""
+    return instruction in lines or (len(instruction) >= SHORT_INSTRUCTION and instruction in everything)
 
 
 def _beyond_request(intent: str, request: str | None) -> list[str]:
@@ -373,8 +386,30 @@ def _covered(line: str, lowered: str, listed: Collection[str] = ()) -> bool:
     search of the whole text for each of sixty paths is slow)."""
     norm = _norm(line)
     payload = norm.split(":", 1)[-1]
-    items = [x.strip() for x in payload.split(", ")] if "files" in norm[:14] else [payload.strip()]
-    return all(item and (item in listed or item in lowered) for item in items)
+    if "files" not in norm[:14]:
+        item = payload.strip()
+        return bool(item) and item in lowered
+    items = [x.strip() for x in payload.split(", ")]
+    return all(item and (item in listed or _names(lowered, item)) for item in items)
+
+
+_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-./~")
+
+
+def _names(text: str, path: str) -> bool:
+    """Whether ``text`` names ``path`` as a whole: not as the end of another path or name
+    (``parser.py`` in ``tests/test_parser.py``), nor as its start (``a.py`` in ``a.py.bak``)."""
+    start = text.find(path)
+    while start >= 0:
+        end = start + len(path)
+        before = text[start - 1] if start else " "
+        after = text[end : end + 1]
+        if after == ".":  # a full stop ends a sentence, a dot and a letter go on the name
+            after = text[end + 1 : end + 2]
+        if before not in _PATH_CHARS and (not after or after not in _PATH_CHARS):
+            return True
+        start = text.find(path, start + 1)
+    return False
 
 
 def format_summary(anchors: Sequence[Anchor], prose: str) -> str:

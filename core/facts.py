@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
 
+from .anchors import MAX_ANCHOR_LINES
 from .messages import carried_result, text_of
 from .models import Facts, Message
 from .redaction import mask_credentials
@@ -481,7 +482,7 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000, requ
     only_read = [p for p in read if p not in created and p not in edited]
     return Facts(
         user_request=request,
-        instructions=tuple(list(instructions)[-MAX_ITEMS:]),
+        instructions=tuple(list(instructions)[-MAX_ANCHOR_LINES:]),  # as many as the intent keeps
         files_created=tuple(list(created)[-MAX_ITEMS:]),
         files_edited=tuple(list(edited)[-MAX_ITEMS:]),
         files_read=tuple(only_read[-MAX_ITEMS:]),

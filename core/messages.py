@@ -248,8 +248,9 @@ def carried_result(m: Message) -> Message | None:
 
 def with_result_text(m: Message, text: str) -> Message:
     """``m``, a message :func:`carried_result` gives a result of, with ``text`` as that result's."""
-    match = _LATE_RESULT.match(m.content) if m.role == "user" and type(m.content) is str else None
-    return replace_content(m, text if match is None else m.content[: match.end()] + text)
+    content = m.content
+    match = _LATE_RESULT.match(content) if m.role == "user" and isinstance(content, str) else None
+    return replace_content(m, text if match is None else match.group() + text)
 
 
 def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> tuple[list[Message], int]:

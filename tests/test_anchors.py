@@ -240,6 +240,30 @@ def test_ensure_facts_adds_what_the_summary_lacks_and_keeps_what_it_has():
     assert ensure_facts(ensure_facts(summary, FACTS), FACTS) == ensure_facts(summary, FACTS)
 
 
+def test_a_fact_inside_another_path_or_instruction_is_not_taken_as_stated():
+    """``parser.py`` in ``tests/test_parser.py`` is another file; "use pytest" inside a longer
+    instruction is part of that one: both are facts the anchors still lack."""
+    summary = complete(
+        [
+            Anchor(AnchorType.USER_INTENT, "Fix the tests.\n- Later instruction: Do not use regex; and use pytest -x."),
+            Anchor(AnchorType.EXECUTION_PROGRESS, "- Files read: tests/test_parser.py\n- Backed up parser.py.bak"),
+        ]
+    )
+    facts = Facts(user_request="Fix the tests.", instructions=("use pytest",), files_created=("parser.py",))
+    anchors = by_type(ensure_facts(summary, facts))
+    assert "- Later instruction: use pytest" in anchors[AnchorType.USER_INTENT].splitlines()
+    assert "- Files created: parser.py" in anchors[AnchorType.EXECUTION_PROGRESS].splitlines()
+    stated = complete(
+        [
+            Anchor(AnchorType.USER_INTENT, "Fix the tests.\n- Use pytest"),
+            Anchor(AnchorType.EXECUTION_PROGRESS, "- Wrote `parser.py`. Then ran it."),
+        ]
+    )
+    assert by_type(ensure_facts(stated, facts)) == by_type(stated) | {
+        AnchorType.USER_INTENT: "Fix the tests.\n- Use pytest"
+    }  # stated on a line of its own, named whole: nothing added
+
+
 # --- the compaction message ----------------------------------------------------------------------
 
 

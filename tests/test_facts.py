@@ -443,6 +443,18 @@ def test_the_request_survives_a_summarizer_that_forgets_it(make_compactor):
     assert "file_call_0.py" in record.anchors[1].content  # files the agent read, from the facts
 
 
+def test_one_summary_keeps_the_newest_forty_later_instructions(make_compactor):
+    history = build_history([100])
+    for i in range(50):
+        history += [{"role": "user", "content": f"Instruction {i}: also rename helper_{i}."}] + tool_turn(f"t{i}", 2000)
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.FULL and record.summarized > 2 * 42
+    covered = [m["content"] for m in history[: compactor.state().covered] if m["content"].startswith("Instruction")]
+    kept = [line for line in record.anchors[0].content.splitlines() if line.startswith("- Later instruction:")]
+    assert len(covered) > 40 and kept == [f"- Later instruction: {text}" for text in covered[-40:]]
+
+
 @pytest.mark.parametrize("config", ["classic", "default"])
 def test_later_instructions_outlast_a_long_request_through_many_compactions(make_compactor, config):
     """A request longer than an anchor's line limit stays whole and once, and every later
