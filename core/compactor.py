@@ -223,11 +223,8 @@ class ProgressiveCompactor:
 
     async def _run_async(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
         sid = self._session_id(session_id)
-        try:
-            async with self._memory.aenter(sid):
-                return await self._drive_async(self._turn(history, sid, force))
-        finally:
-            self._memory.aleave(sid)
+        async with self._memory.aserving(sid):
+            return await self._drive_async(self._turn(history, sid, force))
 
     def _drive_sync(self, turn: Generator[SummaryRequest, Summarized, TurnResult]) -> TurnResult:
         try:

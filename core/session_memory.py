@@ -8,8 +8,10 @@ recently compacted beyond that, with its usage ratio. A dropped session's next t
 history again and counts with ratio 1 until the provider reports again, as a worker that never
 served it would: its state is in the state store, so its view is the same.
 
-Turns of one session are served one at a time (two at once would race on its state): a lock per
-session, kept while a turn of it is waiting or running, then dropped.
+Turns of one session are served one at a time, sync and async alike (two at once would race on
+its state and its cache): a lock per session, kept while a turn of it is waiting or running, then
+dropped. A sync call made from a coroutine would wait for an async turn of the same session on its
+own loop forever: call the async API there.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import asyncio
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
 from .session_cache import SessionCache
 from .usage import UsageAnchors
 
 V = TypeVar("V")
+POLL_SECONDS = 0.002
+"""How often an async turn looks whether a sync turn (or another loop's) of its session is done."""
 
 
 class RecentlyUsed(Generic[V]):
@@ -96,19 +101,29 @@ class SessionMemory:
             if not users[0]:
                 del self._locks[session_id]
 
-    def aenter(self, session_id: str) -> asyncio.Lock:
-        """:meth:`enter` for the turns of the running event loop (each loop has its own locks)."""
+    @asynccontextmanager
+    async def aserving(self, session_id: str) -> AsyncIterator[None]:
+        """Held while an async turn of the session runs: the turns of this event loop queue on a
+        lock of the loop, then take the session's lock of the process (:meth:`enter`), which
+        sync turns and other loops' turns take too. It is waited for without blocking the loop,
+        looked at every :data:`POLL_SECONDS` (a cancelled wait leaves nothing held)."""
         locks = self._alocks.setdefault(asyncio.get_running_loop(), {})
-        lock, users = locks.get(session_id) or locks.setdefault(session_id, (asyncio.Lock(), [0]))
+        queue, users = locks.get(session_id) or locks.setdefault(session_id, (asyncio.Lock(), [0]))
         users[0] += 1
-        return lock
-
-    def aleave(self, session_id: str) -> None:
-        locks = self._alocks[asyncio.get_running_loop()]
-        users = locks[session_id][1]
-        users[0] -= 1
-        if not users[0]:
-            del locks[session_id]
+        lock = self.enter(session_id)
+        try:
+            async with queue:
+                while not lock.acquire(blocking=False):
+                    await asyncio.sleep(POLL_SECONDS)
+                try:
+                    yield
+                finally:
+                    lock.release()
+        finally:
+            self.leave(session_id)
+            users[0] -= 1
+            if not users[0]:
+                del locks[session_id]
 
 
 __all__ = ["RecentlyUsed", "SessionMemory"]

@@ -532,14 +532,22 @@ def test_turns_of_one_session_wait_for_each_other_and_leave_no_lock_behind(make_
             order.append("end")
             return None  # the offline summarizer answers
 
-    compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("slow", Slow())])
-    threads = [threading.Thread(target=compactor.compact, args=(history, "s")) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert order and order == ["start", "end"] * (len(order) // 2)  # never two summaries at once
-    assert compactor._memory._locks == {}
+    def sync_turn(session):
+        compactor.compact(history, session)
+
+    def async_turn(session):  # each in its own event loop
+        asyncio.run(compactor.acompact(history, session))
+
+    for turns in ([sync_turn] * 3, [sync_turn, async_turn], [async_turn, async_turn]):
+        compactor = make_compactor(context_window=window_for(history, 0.85), extra_plugins=[("slow", Slow())])
+        order.clear()
+        threads = [threading.Thread(target=turn, args=("s",)) for turn in turns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert order == ["start", "end"]  # one summary: the other turns waited and found it
+        assert compactor._memory._locks == {}
 
     async def three_at_once():
         await asyncio.gather(*(compactor.acompact(history, f"t{n % 2}") for n in range(3)))
