@@ -33,7 +33,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 MARKER = re.compile(r"SESSION-MARKER-[A-Za-z0-9]+")
-KINDS = ("ok", "status", "malformed", "missing", "empty", "length", "reset", "oversized", "hang")
+KINDS = (
+    "ok",
+    "status",
+    "malformed",
+    "missing",
+    "empty",
+    "length",
+    "refused",
+    "parts",
+    "reset",
+    "oversized",
+    "hang",
+    "trickle",
+)
 
 
 @dataclass(frozen=True)
@@ -42,9 +55,13 @@ class Behaviour:
 
     ``ok`` a good summary; ``status`` an error status (``retry_after`` sets the header);
     ``malformed`` a cut-off JSON body; ``missing`` JSON without the reply fields; ``empty`` an
-    empty reply; ``length`` a reply stopped by the token limit; ``reset`` closes the connection
-    without a response (TCP reset); ``oversized`` a reply of ``size`` characters; ``hang`` waits
-    ``delay`` seconds before answering as ``ok``. ``delay`` applies to every kind.
+    empty reply; ``length`` a reply stopped by the token limit; ``refused`` the start of a
+    summary stopped by the provider's safety system (OpenAI's ``content_filter``, Anthropic's
+    ``refusal``); ``parts`` (OpenAI) a good summary as content parts, the first with ``"text":
+    null``; ``reset`` closes the connection without a response (TCP reset); ``oversized`` a reply
+    of ``size`` characters; ``hang`` waits ``delay`` seconds before answering as ``ok``;
+    ``trickle`` answers as ``ok`` but sends the body one byte every ``interval`` seconds, for
+    ``delay`` seconds before the rest. ``delay`` applies to every other kind.
     """
 
     kind: str = "ok"
@@ -52,6 +69,7 @@ class Behaviour:
     retry_after: str | None = None
     delay: float = 0.0
     size: int = 200_000
+    interval: float = 0.25
     echo_key: bool = False
     """Quote the API key the request carried back: in the error message of a ``status`` reply,
     as some providers do, or (``ok``) in the summary text, upper-cased and cut in two by a
@@ -120,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         fake._enter(record)
         try:
-            if behaviour.delay and fake._stop.wait(behaviour.delay):
+            if behaviour.kind != "trickle" and behaviour.delay and fake._stop.wait(behaviour.delay):
                 return
             if self.path.endswith("/chat/completions"):
                 self._answer(behaviour, record, anthropic=False)
@@ -164,6 +182,8 @@ class _Handler(BaseHTTPRequestHandler):
         text = summary_text(record.markers, extra)
         if b.kind == "empty":
             text = ""
+        elif b.kind == "refused":
+            text = text[:25]
         elif b.kind == "oversized":
             text = summary_text(record.markers, " " + "lorem ipsum " * (b.size // 12))
         tokens_in, tokens_out = len(record.raw) // 4, len(text) // 4
@@ -177,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "role": "assistant",
                 "model": model,
                 "content": [{"type": "text", "text": text}] if text else [],
-                "stop_reason": "max_tokens" if b.kind == "length" else "end_turn",
+                "stop_reason": {"length": "max_tokens", "refused": "refusal"}.get(b.kind, "end_turn"),
                 "usage": {
                     "input_tokens": tokens_in - record.cached,
                     "cache_read_input_tokens": record.cached,
@@ -185,6 +205,9 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             }
         else:
+            content: Any = text
+            if b.kind == "parts":
+                content = [{"type": "text", "text": None}, {"type": "text", "text": text}]
             payload = {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion",
@@ -192,8 +215,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": "length" if b.kind == "length" else "stop",
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": {"length": "length", "refused": "content_filter"}.get(b.kind, "stop"),
                     }
                 ],
                 "usage": {
@@ -203,7 +226,30 @@ class _Handler(BaseHTTPRequestHandler):
                     "prompt_tokens_details": {"cached_tokens": record.cached},
                 },
             }
-        self._send(200, payload)
+        if b.kind == "trickle":
+            self._trickle(json.dumps(payload).encode(), b)
+        else:
+            self._send(200, payload)
+
+    def _trickle(self, data: bytes, b: Behaviour) -> None:
+        """Send the headers, then ``data`` a byte at a time for ``b.delay`` seconds, then the rest:
+        every read of the client gets something, so no read timeout fires."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        ends = time.monotonic() + b.delay
+        sent = 0
+        try:
+            while time.monotonic() < ends and sent < len(data) - 1:
+                self.wfile.write(data[sent : sent + 1])
+                self.wfile.flush()
+                sent += 1
+                if self.server.fake._stop.wait(b.interval):
+                    return
+            self.wfile.write(data[sent:])
+        except OSError:  # the client gave up and closed the connection
+            self.close_connection = True
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self._send_raw(status, json.dumps(payload).encode(), headers)
