@@ -50,7 +50,7 @@ class OpenAISummarizer(HttpSummarizer):
     def read_reply(self, data: Any) -> Reply:
         content = require(data, "choices", 0, "message", "content")
         if isinstance(content, list):  # some compatible servers answer with content parts
-            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         if content is not None and not isinstance(content, str):
             raise SummarizerError(
                 f"missing field choices[0].message.content in the reply (it is a {type(content).__name__}, not text)"

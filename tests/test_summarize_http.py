@@ -126,6 +126,18 @@ def test_success_stores_usage_and_anchors(fake, tmp_path, protocol, mode):
     assert "[Context Compaction]" in compaction_message(view)["content"]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_openai_content_parts_skip_a_part_without_text(fake, tmp_path, mode):
+    """Content parts whose ``text`` is null are skipped; the others are the summary."""
+    fake.push(Behaviour("parts"))
+    compactor = make(fake.base_url, "openai", tmp_path)
+    view, record = run(compactor, synthetic_history("SESSION-MARKER-p", FULL_ROUNDS), "s", mode)
+    compactor.close()
+    assert record.tier is CompactionTier.FULL and record.errors == ()
+    assert "SESSION-MARKER-p" in record.summary_text
+    assert_valid(view)
+
+
 def test_openai_request_shape(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_OPENAI_KEY", "sk-shape-0123456789")
     compactor = make(
