@@ -389,6 +389,22 @@ def test_connection_refused(tmp_path):
     assert "connection failed" in failure and failure.endswith("(gave up after 2 attempts)")
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_request_the_client_refuses_to_send_is_not_retried(fake, tmp_path, monkeypatch, mode):
+    """httpx refuses a header value with a line break before anything is sent: every attempt
+    would fail the same way, so the first failure is final."""
+    monkeypatch.setenv("BROKEN_KEY", "sk-BROKEN-0123456789\nabcdef0123456789")
+    compactor = make(fake.base_url, "openai", tmp_path, api_key_env="BROKEN_KEY", max_attempts=4)
+    view, record = run(compactor, synthetic_history("SESSION-MARKER-b", FULL_ROUNDS), "s", mode)
+    compactor.close()
+    assert fake.requests == []
+    failure = failure_of(record)
+    assert "the HTTP client refused to send the request (LocalProtocolError" in failure
+    assert "attempt" not in failure  # not "gave up after 4 attempts"
+    assert "sk-BROKEN" not in failure and "abcdef0123456789" not in failure
+    assert_valid(view)
+
+
 def test_deadline_cuts_a_hanging_attempt(fake, tmp_path):
     fake.default = Behaviour("hang", delay=3.0)
     compactor = make(fake.base_url, "openai", tmp_path, deadline=0.3, timeout={"connect": 2.0, "read": 10.0})

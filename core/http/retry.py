@@ -12,8 +12,8 @@ Policy:
   up to ``max_attempts`` attempts in all and never past the overall ``deadline``;
 - between attempts: exponential backoff with jitter, or exactly what ``Retry-After`` says on a 429
   or 503 (seconds or an HTTP date);
-- any other 4xx, and every problem with the reply's content, fails at once: asking again would
-  get the same answer.
+- any other 4xx, a request the HTTP client refuses to send, and every problem with the reply's
+  content, fail at once: asking again would get the same answer.
 
 Every failure is a :class:`~progressive_compactor.errors.SummarizerError` whose ``cause`` is one
 readable line that goes into the record's ``errors``.
@@ -161,6 +161,14 @@ def transport_error(exc: BaseException, step: Send) -> SummarizerError:
         return SummarizerError(f"connection reset: {exc or type(exc).__name__}", retryable=True)
     if isinstance(exc, httpx.ConnectError):
         return SummarizerError(f"connection failed: {exc or type(exc).__name__}", retryable=True)
+    if isinstance(exc, (httpx.LocalProtocolError, httpx.UnsupportedProtocol)):
+        # httpx would not send it (a line break in a header value, a URL it cannot use): every
+        # attempt would fail the same way
+        return SummarizerError(
+            f"the HTTP client refused to send the request ({type(exc).__name__}: {exc}); check base_url, "
+            "extra_headers and the API key",
+            retryable=False,
+        )
     if isinstance(exc, httpx.TransportError):
         return SummarizerError(f"transport error: {type(exc).__name__}: {exc}", retryable=True)
     return SummarizerError(f"{type(exc).__name__}: {exc}", retryable=False)
