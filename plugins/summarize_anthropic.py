@@ -2,7 +2,8 @@
 
 ``POST {base_url}/messages`` with ``x-api-key`` and ``anthropic-version`` headers and the system
 prompt as the top-level ``system`` field. The reply's text blocks are the summary,
-``stop_reason == "max_tokens"`` means it was cut off, and ``usage.input_tokens`` (plus cache reads
+``stop_reason == "max_tokens"`` means it was cut off, ``"refusal"`` that the model refused
+(either way it is not used), and ``usage.input_tokens`` (plus cache reads
 and writes) / ``usage.output_tokens`` go into the record. Transport, retries and the checks of
 the reply are shared with ``summarize-openai`` (:mod:`progressive_compactor.http`).
 """
@@ -78,6 +79,7 @@ class AnthropicSummarizer(HttpSummarizer):
         return Reply(
             text=text,
             cut_off=stop == "max_tokens",
+            refused=stop == "refusal",
             stop_reason=stop if isinstance(stop, str) else None,
             tokens_in=tokens_in,
             tokens_out=as_int(usage.get("output_tokens")),

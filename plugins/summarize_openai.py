@@ -3,7 +3,7 @@
 One ``base_url`` serves OpenAI, vLLM, Ollama, llama.cpp's server, LM Studio and LiteLLM
 proxies. The request is ``POST {base_url}/chat/completions`` with a system and a user message;
 the reply's ``choices[0].message.content`` is the summary, ``finish_reason == "length"`` means it
-was cut off, and ``usage.prompt_tokens`` / ``usage.completion_tokens`` go into the record.
+was cut off, ``"content_filter"`` that it was filtered (either way it is not used), and ``usage.prompt_tokens`` / ``usage.completion_tokens`` go into the record.
 Transport, retries and the checks of the reply are shared with ``summarize-anthropic``
 (:mod:`progressive_compactor.http`).
 """
@@ -62,6 +62,7 @@ class OpenAISummarizer(HttpSummarizer):
         return Reply(
             text=content or "",
             cut_off=finish == "length",
+            refused=finish == "content_filter",
             stop_reason=finish if isinstance(finish, str) else None,
             tokens_in=as_int(usage.get("prompt_tokens")),
             tokens_out=as_int(usage.get("completion_tokens")),

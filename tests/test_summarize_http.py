@@ -273,6 +273,7 @@ FAULTS = [
     ("missing-fields", [Behaviour("missing")], 1, "missing field"),
     ("empty-reply", [Behaviour("empty")], 1, "empty reply"),
     ("cut-off", [Behaviour("length")], 1, "reply cut off by the token limit"),
+    ("refused", [Behaviour("refused")], 1, "reply refused or filtered by the provider"),
     ("oversized", [Behaviour("oversized")], 1, "reply larger than the text it replaces"),
     ("http-400", [Behaviour("status", status=400)], 1, "HTTP 400"),
     ("http-401", [Behaviour("status", status=401)], 1, "HTTP 401"),

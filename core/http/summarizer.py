@@ -66,6 +66,9 @@ class Reply:
     text: str
     cut_off: bool
     """The reply stopped at the output token limit."""
+    refused: bool = False
+    """The provider's safety system stopped the reply (a refusal, a content filter): what text
+    it has is partial, or not a summary at all."""
     stop_reason: str | None = None
     tokens_in: int | None = None
     tokens_out: int | None = None
@@ -275,6 +278,8 @@ class HttpSummarizer:
                 f"reply cut off by the token limit (stop reason {reply.stop_reason!r} at "
                 f"max_output_tokens={self.config.max_output_tokens}); raise max_output_tokens"
             )
+        if reply.refused:
+            raise SummarizerError(f"reply refused or filtered by the provider (stop reason {reply.stop_reason!r})")
         if not text:
             raise SummarizerError(f"empty reply: the model returned no text (stop reason {reply.stop_reason!r})")
         budget = replaced_budget_tokens(request)
