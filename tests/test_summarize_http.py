@@ -588,6 +588,21 @@ def test_custom_prompt_template_from_file(fake, tmp_path):
     assert record.errors == ()
 
 
+@pytest.mark.parametrize("mode", ["delta", "whole"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_custom_prompt_template_in_a_cache_friendly_request(fake, tmp_path, protocol, mode):
+    template = tmp_path / "prompt.txt"
+    template.write_text("CUSTOM-SYSTEM for $session_id.\n=== user ===\nCUSTOM-USER: $messages\n")
+    settings = compactor_settings(fake.base_url, protocol, tmp_path, prompt_template=str(template), mode=mode)
+    compactor = ProgressiveCompactor("default", summary_requests="cache-friendly", **settings)
+    compactor.compact_with_record(synthetic_history("SESSION-MARKER-tpl", FULL_ROUNDS), "tpl")
+    compactor.close()
+    instruction = json.dumps(fake.requests[0].body["messages"][-1]["content"])
+    assert "CUSTOM-SYSTEM for tpl." in instruction
+    assert "CUSTOM-USER: (not repeated here: they are the " in instruction
+    assert "## User Intent" not in instruction  # the built-in template is not sent
+
+
 def test_system_only_template_keeps_the_default_user_part(tmp_path):
     template = tmp_path / "system.txt"
     template.write_text("Summarize tersely.")

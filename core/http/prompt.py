@@ -8,7 +8,9 @@ the messages not yet covered, and answers with the whole updated summary.
 A template is two ``string.Template`` texts, system and user, with ``$name`` placeholders (see
 :data:`PLACEHOLDERS`). A custom template file (``prompt_template`` in a summarizer's config) holds
 the system text; a line ``=== user ===`` may follow it with a user text as well, else the default
-user text is used. ``$$`` is a literal dollar sign.
+user text is used. ``$$`` is a literal dollar sign. A cache-friendly request
+(:func:`build_instruction`) sends the system and the user text together as its closing message,
+``$messages`` standing for a note that the messages are the oldest of the conversation above.
 """
 
 from __future__ import annotations
@@ -364,13 +366,21 @@ def build_prompt(
     )
 
 
-def build_instruction(request: SummaryRequest, *, delta: bool = False) -> str:
+def build_instruction(
+    request: SummaryRequest,
+    template: PromptTemplate = DEFAULT_TEMPLATE,
+    *,
+    max_message_chars: int = MAX_MESSAGE_CHARS,
+    delta: bool = False,
+) -> str:
     """The closing message of a cache-friendly request: the conversation (``request.view``) goes
     first, as the agent sent it, so the provider reads it from its prompt cache; this asks for
-    the summary of its oldest uncovered messages, with the facts and the format."""
-    template = DELTA_TEMPLATE if delta else DEFAULT_TEMPLATE
+    the summary of its oldest uncovered messages, with the facts and the format. ``template``
+    and ``delta`` as for :func:`build_prompt`; ``$messages`` says where the messages are."""
+    if delta and template is DEFAULT_TEMPLATE:
+        template = DELTA_TEMPLATE
     cached = CACHED_MESSAGES.format(count=len(request.messages))
-    values = _values(request, delta, messages=cached, request_chars=2 * MAX_MESSAGE_CHARS)
+    values = _values(request, delta, messages=cached, request_chars=2 * max_message_chars)
     system = string.Template(template.system).substitute(values)
     user = string.Template(template.user).substitute(values)
     return f"{system}\n\n{user}"

@@ -250,7 +250,10 @@ class HttpSummarizer:
         delta = self.config.mode == "delta"
         if request.view:  # cache-friendly: the view again, then the instruction
             conversation = [message_to_dict(m) for m in request.view]
-            body = self.build_body(Prompt(system="", user=build_instruction(request, delta=delta)), conversation)
+            instruction = build_instruction(
+                request, self.template, max_message_chars=self.config.max_message_chars, delta=delta
+            )
+            body = self.build_body(Prompt(system="", user=instruction), conversation)
         else:
             prompt = build_prompt(
                 request,
