@@ -66,6 +66,25 @@ def test_fifty_sessions_each_get_their_own_summary(fake, tmp_path, protocol):
         assert (record.summarizer_tokens_in, record.summarizer_tokens_out) == usage[marker(i)]
 
 
+def test_sessions_waiting_for_a_pooled_connection_are_not_timed_out(fake, tmp_path):
+    """More sessions than the client's pool has connections (100): the last ones wait for a free
+    connection; that wait is bounded by the read timeout and the deadline, not the connect one."""
+    fake.default = Behaviour("hang", delay=1.5)
+    settings = compactor_settings(
+        fake.base_url, "openai", tmp_path, max_attempts=1, timeout={"connect": 1.0, "read": 10.0}
+    )
+
+    async def main():
+        async with ProgressiveCompactor("default", **settings) as compactor:
+            return await compact_all(compactor, 150)
+
+    results = asyncio.run(main())
+    assert fake.peak_in_flight == 100  # the pool's limit: the last 50 did wait
+    assert len(fake.requests) == 150
+    assert [r.errors for _, r in results.values() if r.errors] == []
+    assert all(r.tier is CompactionTier.FULL for _, r in results.values())
+
+
 def test_concurrent_failures_all_fall_back_validly(fake, tmp_path):
     fake.default = Behaviour("status", status=503)
     count = 20

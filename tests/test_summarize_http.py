@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -413,6 +414,38 @@ def test_deadline_cuts_a_hanging_attempt(fake, tmp_path):
     compactor.close()
     assert len(fake.requests) == 1
     assert "deadline of 0.3s passed while waiting (read timeout" in failure_of(record)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_deadline_cuts_a_trickling_reply(fake, tmp_path, protocol, mode):
+    """A reply that sends a byte every 0.25 s never trips the read timeout (it limits each read
+    of the socket, not the whole reply); the attempt still ends when the deadline passes."""
+    fake.default = Behaviour("trickle", delay=20.0)
+    compactor = make(fake.base_url, protocol, tmp_path, deadline=2.0, timeout={"connect": 1.0, "read": 1.5})
+    started = time.monotonic()
+    view, record = run(compactor, synthetic_history("SESSION-MARKER-d", FULL_ROUNDS), "s", mode)
+    elapsed = time.monotonic() - started
+    compactor.close()
+    assert elapsed < 6.0  # the server would trickle for 20 s
+    assert len(fake.requests) == 1
+    assert "deadline of 2s passed while waiting (reply timeout" in failure_of(record)
+    assert_valid(view)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_trickling_reply_times_out_and_is_retried(fake, tmp_path, mode):
+    """An attempt may take the connect and the read timeout together, then it is retried."""
+    fake.default = Behaviour("trickle", delay=20.0)
+    compactor = make(fake.base_url, "openai", tmp_path, max_attempts=2, timeout={"connect": 0.5, "read": 1.0})
+    started = time.monotonic()
+    view, record = run(compactor, synthetic_history("SESSION-MARKER-t", FULL_ROUNDS), "s", mode)
+    elapsed = time.monotonic() - started
+    compactor.close()
+    assert elapsed < 10.0
+    assert len(fake.requests) == 2
+    assert failure_of(record).endswith("reply timeout: no complete reply within 1.5s (gave up after 2 attempts)")
+    assert_valid(view)
 
 
 def test_soft_tier_summarizes_half_the_head(fake, tmp_path):
@@ -832,11 +865,11 @@ def test_exchange_steps_without_io():
     clock = iter([0.0, 0.0, 0.0, 0.5, 0.5, 0.5]).__next__
     policy = RetryPolicy(max_attempts=3, backoff_base=1.0)
     steps = exchange(policy, Timeouts(2.0, 9.0), lambda r: r.status, clock=clock, rng=lambda: 0.0)
-    assert next(steps) == Send(2.0, 9.0)
+    assert next(steps) == Send(2.0, 9.0, 11.0)
     assert steps.send(_response(503, retry_after="1.5")) == Sleep(1.5)
-    assert steps.send(None) == Send(2.0, 9.0)
+    assert steps.send(None) == Send(2.0, 9.0, 11.0)
     assert steps.send(_response(500)) == Sleep(1.0)  # backoff for attempt 2, no jitter: 2 s / 2
-    assert steps.send(None) == Send(2.0, 9.0)
+    assert steps.send(None) == Send(2.0, 9.0, 11.0)
     with pytest.raises(StopIteration) as done:
         steps.send(_response(200))
     assert done.value.value == 200

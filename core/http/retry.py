@@ -10,6 +10,10 @@ Policy:
 
 - connect and read timeouts, connection resets and failures, HTTP 408, 429 and 5xx are retried,
   up to ``max_attempts`` attempts in all and never past the overall ``deadline``;
+- an attempt as a whole (waiting for a pooled connection, connecting, sending, reading the whole
+  reply) ends after the connect and the read timeout together, or when the deadline passes: a
+  reply that trickles in, a byte now and then, never trips the read timeout, which limits each
+  read of the socket; such an attempt fails with a reply timeout and is retried;
 - between attempts: exponential backoff with jitter, or exactly what ``Retry-After`` says on a 429
   or 503 (seconds or an HTTP date);
 - any other 4xx, a request the HTTP client refuses to send, and every problem with the reply's
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 import time
 from email.utils import parsedate_to_datetime
@@ -43,7 +48,8 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 @attrs.frozen
 class Timeouts:
-    """Seconds to wait for a connection, and for the reply once connected."""
+    """Seconds to wait for a connection, and for the reply once connected. An attempt as a whole
+    may take both together (see :attr:`Send.limit`)."""
 
     connect: float = 10.0
     read: float = 120.0
@@ -87,6 +93,13 @@ class Send:
 
     connect_timeout: float
     read_timeout: float
+    limit: float = math.inf
+    """Seconds the whole attempt may take, from the wait for a pooled connection to the last
+    byte of the reply; past it the transport raises :class:`ReplyTimeout`."""
+
+
+class ReplyTimeout(Exception):
+    """Raised by a transport when an attempt ran past its :attr:`Send.limit`."""
 
 
 @attrs.frozen
@@ -147,6 +160,10 @@ def transport_error(exc: BaseException, step: Send) -> SummarizerError:
     """A readable, classified cause for an exception raised while sending."""
     import httpx
 
+    if isinstance(exc, ReplyTimeout):
+        return SummarizerError(f"reply timeout: no complete reply within {step.limit:g}s", retryable=True)
+    if isinstance(exc, httpx.PoolTimeout):
+        return SummarizerError(f"pool timeout: no free connection within {step.limit:g}s", retryable=True)
     if isinstance(exc, httpx.ConnectTimeout):
         return SummarizerError(f"connect timeout: no connection within {step.connect_timeout:g}s", retryable=True)
     if isinstance(exc, httpx.ReadTimeout):
@@ -205,10 +222,17 @@ def exchange(
     while True:
         attempt += 1
         remaining = policy.deadline - (clock() - started)
-        capped = {"connect timeout": remaining < timeouts.connect, "read timeout": remaining < timeouts.read}
+        attempt_time = timeouts.connect + timeouts.read
+        capped = {
+            "connect timeout": remaining < timeouts.connect,
+            "read timeout": remaining < timeouts.read,
+            "reply timeout": remaining < attempt_time,
+            "pool timeout": remaining < attempt_time,
+        }
         step = Send(
             connect_timeout=max(min(timeouts.connect, remaining), 0.001),
             read_timeout=max(min(timeouts.read, remaining), 0.001),
+            limit=max(min(attempt_time, remaining), 0.001),
         )
         outcome = yield step
         retry_after: float | None = None
@@ -302,18 +326,24 @@ async def run_async(steps: Exchange[T], send: Callable[[Send], Awaitable[HttpRes
 
 
 def httpx_timeout(step: Send) -> Any:
+    """httpx's timeouts for one attempt. Waiting for a free pooled connection is not a failure to
+    connect (many sessions share one client): it may take as long as the attempt itself, which is
+    at most the connect and the read timeout together."""
     import httpx
 
     return httpx.Timeout(
-        connect=step.connect_timeout, read=step.read_timeout, write=step.read_timeout, pool=step.connect_timeout
+        connect=step.connect_timeout,
+        read=step.read_timeout,
+        write=step.read_timeout,
+        pool=min(step.limit, step.connect_timeout + step.read_timeout),
     )
 
 
-def as_response(response: Any) -> HttpResponse:
-    """An :class:`HttpResponse` from an ``httpx.Response`` whose body has been read."""
+def as_response(response: Any, body: bytes | None = None) -> HttpResponse:
+    """An :class:`HttpResponse` from an ``httpx.Response``: ``body``, or the body it has read."""
     return HttpResponse(
         status=response.status_code,
         reason=response.reason_phrase or "",
         headers={k.lower(): v for k, v in response.headers.items()},
-        body=response.content,
+        body=response.content if body is None else body,
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from typing import Any, ClassVar, Mapping
 from urllib.parse import urlsplit
 
@@ -45,6 +46,7 @@ from .prompt import (
 from .retry import (
     HttpCall,
     HttpResponse,
+    ReplyTimeout,
     RetryPolicy,
     Send,
     Timeouts,
@@ -343,16 +345,31 @@ class HttpSummarizer:
             failure = self._redacted(error)
         raise failure
 
+    # httpx's timeouts limit each operation (one read of the socket, say), not an attempt as a
+    # whole: a reply that trickles in would keep an attempt going past the deadline. Each
+    # transport ends it at ``step.limit``.
+
     @staticmethod
     def _send(client: Any, call: HttpCall, step: Send) -> HttpResponse:
-        response = client.post(call.url, headers=dict(call.headers), content=call.body, timeout=httpx_timeout(step))
-        return as_response(response)
+        ends = time.monotonic() + step.limit
+        headers, timeout = dict(call.headers), httpx_timeout(step)
+        with client.stream("POST", call.url, headers=headers, content=call.body, timeout=timeout) as response:
+            body = bytearray()
+            for chunk in response.iter_bytes():  # checked between the chunks the server sends
+                body += chunk
+                if time.monotonic() > ends:
+                    raise ReplyTimeout()
+            return as_response(response, bytes(body))
 
     @staticmethod
     async def _asend(client: Any, call: HttpCall, step: Send) -> HttpResponse:
-        response = await client.post(
-            call.url, headers=dict(call.headers), content=call.body, timeout=httpx_timeout(step)
-        )
+        headers, timeout = dict(call.headers), httpx_timeout(step)
+        try:
+            response = await asyncio.wait_for(
+                client.post(call.url, headers=headers, content=call.body, timeout=timeout), step.limit
+            )
+        except asyncio.TimeoutError:
+            raise ReplyTimeout() from None
         return as_response(response)
 
     def _sync_client(self) -> Any:
