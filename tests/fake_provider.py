@@ -117,6 +117,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._connected(+1)
+
+    def finish(self) -> None:  # the client closed the connection (or the server did)
+        try:
+            super().finish()
+        finally:
+            self.server.fake._connected(-1)
+
     def do_POST(self) -> None:
         fake = self.server.fake
         length = int(self.headers.get("content-length") or 0)
@@ -282,6 +292,8 @@ class FakeProvider:
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.connections = 0
+        """Connections open now."""
         self._queue: list[Behaviour] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -330,6 +342,10 @@ class FakeProvider:
             self.requests.append(record)
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def _connected(self, change: int) -> None:
+        with self._lock:
+            self.connections += change
 
     def _leave(self) -> None:
         with self._lock:

@@ -5,9 +5,11 @@ the prompt, connection reuse, and the API key never leaking."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -835,12 +837,13 @@ def test_async_client_is_reused_and_closed(fake, tmp_path):
                 )
                 assert record.errors == ()
             plugin = compactor.pm.get_plugin("summarize-anthropic")
-            client = plugin._aclient
+            (client, _), *others = plugin._aclients.values()
+            assert others == []
         return plugin, client
 
     plugin, client = asyncio.run(main())
     assert len({r.client_port for r in fake.requests}) == 1
-    assert plugin._aclient is None and client.is_closed
+    assert plugin._aclients == {} and client.is_closed
 
 
 def test_async_client_follows_a_new_event_loop(fake, tmp_path):
@@ -852,6 +855,44 @@ def test_async_client_follows_a_new_event_loop(fake, tmp_path):
         assert record.errors == ()
     compactor.close()
     assert len(fake.requests) == 2
+
+
+def test_async_clients_are_closed_with_their_event_loops(fake, tmp_path):
+    """One asyncio.run per turn and no aclose: each loop's client is closed as the loop shuts
+    down, in that loop, so no connection stays open and nothing is left for the garbage collector."""
+    compactor = make(fake.base_url, "openai", tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for sid in ("a", "b", "c", "d"):
+            _, record = asyncio.run(
+                compactor.acompact_with_record(synthetic_history(f"SESSION-MARKER-{sid}", FULL_ROUNDS), sid)
+            )
+            assert record.errors == ()
+        compactor.close()
+        gc.collect()
+    assert len({r.client_port for r in fake.requests}) == 4  # a client, and a connection, per loop
+    started = time.monotonic()
+    while fake.connections and time.monotonic() - started < 5.0:  # the server notices the close
+        time.sleep(0.01)
+    assert fake.connections == 0
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_close_closes_the_async_client_of_a_loop_that_is_not_running(fake, tmp_path):
+    compactor = make(fake.base_url, "anthropic", tmp_path)
+    loop = asyncio.new_event_loop()
+    try:
+        _, record = loop.run_until_complete(
+            compactor.acompact_with_record(synthetic_history("SESSION-MARKER-l", FULL_ROUNDS), "s")
+        )
+        assert record.errors == () and fake.connections == 1
+        compactor.close()
+        started = time.monotonic()
+        while fake.connections and time.monotonic() - started < 5.0:
+            time.sleep(0.01)
+        assert fake.connections == 0
+    finally:
+        loop.close()
 
 
 # --- the retry loop, without I/O --------------------------------------------------------------

@@ -6,7 +6,10 @@ headers and the JSON body of a request (:meth:`~HttpSummarizer.build_body`,
 (:meth:`~HttpSummarizer.read_reply`). Everything else is here, once: the prompt, the API key, the
 checks every reply goes through, the retry loop (:mod:`progressive_compactor.http.retry`), and the
 two transports, ``httpx.Client`` for ``summarize`` and ``httpx.AsyncClient`` for ``asummarize``,
-each created on first use and reused across calls (connection pooling).
+each created on first use and reused across calls (connection pooling). An ``AsyncClient``'s
+connections belong to the event loop that opened them, so there is one per loop, closed by
+``aclose()`` in that loop, or else as the loop shuts down (``asyncio.run`` does that) or by
+``close()`` when the loop is no longer running.
 
 The API key is read from the environment variable named by ``api_key_env`` and registered with
 the compactor's :class:`~progressive_compactor.plugin.SecretRegistry`, which masks it in
@@ -21,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
-from typing import Any, ClassVar, Mapping
+from typing import Any, AsyncGenerator, ClassVar, Mapping
 from urllib.parse import urlsplit
 
 import attrs
@@ -177,8 +181,10 @@ class HttpSummarizer:
         )
         self.url = self.config.base_url.rstrip("/") + self.path
         self._client: Any = None
-        self._aclient: Any = None
-        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._aclients: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
+        """Each event loop's ``AsyncClient``, with the generator that closes it (see
+        :meth:`_async_client`)."""
+        self._alock = threading.Lock()
         if self.config.api_key_env and not os.environ.get(self.config.api_key_env):
             raise ConfigError(
                 [
@@ -339,7 +345,7 @@ class HttpSummarizer:
     async def _asummarize(self, request: SummaryRequest) -> SummaryResult:
         try:
             call = self.build_call(request)
-            client = self._async_client()
+            client = await self._async_client()
             return await run_async(self._exchange(request), lambda step: self._asend(client, call, step))
         except SummarizerError as error:
             failure = self._redacted(error)
@@ -379,23 +385,54 @@ class HttpSummarizer:
             self._client = httpx.Client(follow_redirects=False)
         return self._client
 
-    def _async_client(self) -> Any:
-        """One AsyncClient per event loop: pooled connections belong to the loop that opened them."""
+    async def _async_client(self) -> Any:
+        """The running loop's ``AsyncClient``. Pooled connections belong to the loop that opened
+        them, so each loop has its own, and it must be closed in that loop, while the loop still
+        runs. A loop has no hook for "about to close" but one: ``loop.shutdown_asyncgens()``
+        (called by ``asyncio.run`` before it closes the loop) closes every async generator still
+        suspended. So each client comes with one, suspended until then, that closes it."""
         loop = asyncio.get_running_loop()
-        if self._aclient is None or self._aloop is not loop:
+        with self._alock:
+            entry = self._aclients.get(loop)
+            if entry is not None:
+                return entry[0]
+            for old in [old for old in self._aclients if old.is_closed()]:
+                del self._aclients[old]  # closed without shutdown_asyncgens: nothing left to do
             import httpx
 
-            self._aclient = httpx.AsyncClient(follow_redirects=False)
-            self._aloop = loop
-        return self._aclient
+            client = httpx.AsyncClient(follow_redirects=False)
+            closer = self._close_with_loop(loop, client)
+            self._aclients[loop] = (client, closer)
+        await closer.asend(None)  # runs to its yield, and the loop now knows it
+        return client
+
+    async def _close_with_loop(self, loop: asyncio.AbstractEventLoop, client: Any) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            with self._alock:
+                if self._aclients.get(loop, (None,))[0] is client:
+                    del self._aclients[loop]
+            await client.aclose()
 
     def close(self) -> None:
+        """Close the sync client, and the async clients of loops that are not running (a running
+        loop's client is closed by ``aclose()`` in it or as that loop shuts down)."""
         if self._client is not None:
             self._client.close()
             self._client = None
+        with self._alock:
+            idle = [(loop, closer) for loop, (_, closer) in self._aclients.items() if not loop.is_running()]
+        for loop, closer in idle:
+            if loop.is_closed():
+                with self._alock:
+                    self._aclients.pop(loop, None)
+            else:
+                loop.run_until_complete(closer.aclose())
 
     async def aclose(self) -> None:
-        client, self._aclient = self._aclient, None
-        loop, self._aloop = self._aloop, None
-        if client is not None and loop is asyncio.get_running_loop():
-            await client.aclose()
+        """Close the running loop's async client."""
+        with self._alock:
+            entry = self._aclients.get(asyncio.get_running_loop())
+        if entry is not None:
+            await entry[1].aclose()
