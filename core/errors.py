@@ -60,13 +60,39 @@ class InvalidMessagesError(CompactorError):
 class SummarizerError(CompactorError):
     """A summarizer failed; ``cause`` is a short readable reason that goes into the record's
     ``errors``. ``retryable`` says whether asking again could help; ``status`` is the HTTP status,
-    if there was one."""
+    if there was one. ``tokens_in``, ``tokens_out`` and ``tokens_in_cached`` are the usage the
+    provider reported for a reply that was rejected (cut off, refused, too large): it is billed
+    all the same, so it goes into the record."""
 
-    def __init__(self, cause: str, *, retryable: bool = False, status: int | None = None):
+    def __init__(
+        self,
+        cause: str,
+        *,
+        retryable: bool = False,
+        status: int | None = None,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        tokens_in_cached: int | None = None,
+    ):
         self.cause = cause
         self.retryable = retryable
         self.status = status
+        self.tokens_in = tokens_in
+        self.tokens_out = tokens_out
+        self.tokens_in_cached = tokens_in_cached
         super().__init__(cause)
+
+    def with_cause(self, cause: str, *, retryable: bool | None = None) -> SummarizerError:
+        """The same failure with another ``cause`` (and ``retryable``, if given): the status and
+        the usage stay."""
+        return SummarizerError(
+            cause,
+            retryable=self.retryable if retryable is None else retryable,
+            status=self.status,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            tokens_in_cached=self.tokens_in_cached,
+        )
 
 
 class StorageError(CompactorError):

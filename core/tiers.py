@@ -57,10 +57,26 @@ MAX_HANDLES_LISTED = 20
 
 @attrs.define
 class Summarized:
-    """What the turn gets back for a SummaryRequest: a result, or why there is none."""
+    """What the turn gets back for a SummaryRequest: a result, or why there is none (and the
+    tokens the provider billed for a reply it sent that was rejected)."""
 
     result: SummaryResult | None
     error: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_in_cached: int = 0
+
+    @classmethod
+    def failed(cls, cause: str, exc: BaseException) -> Summarized:
+        """The answer for a summarizer that raised ``exc``: a :class:`SummarizerError` may carry
+        the usage of a rejected reply."""
+        return cls(
+            None,
+            cause,
+            getattr(exc, "tokens_in", None) or 0,
+            getattr(exc, "tokens_out", None) or 0,
+            getattr(exc, "tokens_in_cached", None) or 0,
+        )
 
 
 @attrs.define
@@ -208,6 +224,9 @@ class TierRunner:
         work.summarizer_calls += 1
         answer = yield request
         if answer.result is None:
+            work.tokens_in += answer.tokens_in
+            work.tokens_out += answer.tokens_out
+            work.tokens_in_cached += answer.tokens_in_cached
             return f"summarizer failed: {answer.error}", False
         result = answer.result
         work.tokens_in += result.tokens_in or 0

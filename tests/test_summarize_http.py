@@ -309,6 +309,36 @@ def test_fault_falls_back_with_its_cause(fake, tmp_path, protocol, mode, behavio
     assert_valid(view)
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("kind", ["length", "refused", "oversized"])
+def test_a_rejected_reply_carries_the_usage_the_provider_billed(fake, tmp_path, protocol, kind):
+    fake.push(Behaviour(kind))
+    compactor = make(fake.base_url, protocol, tmp_path)
+    plugin = compactor.pm.get_plugin(f"summarize-{protocol}")
+    with pytest.raises(SummarizerError) as raised:
+        plugin.summarize(_request())
+    compactor.close()
+    usage = fake.requests[0].usage
+    assert usage is not None and usage[0] > 0
+    assert (raised.value.tokens_in, raised.value.tokens_out) == usage
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs core/compactor.py to answer a failed call with Summarized.failed(cause(exc), exc)",
+)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_record_counts_the_tokens_of_a_rejected_reply(fake, tmp_path, protocol, mode):
+    fake.push(Behaviour("length"))
+    compactor = make(fake.base_url, protocol, tmp_path)
+    _, record = run(compactor, synthetic_history("SESSION-MARKER-u", FULL_ROUNDS), "s", mode)
+    compactor.close()
+    assert "reply cut off by the token limit" in failure_of(record)
+    assert record.summarizer_calls == 1
+    assert (record.summarizer_tokens_in, record.summarizer_tokens_out) == fake.requests[0].usage
+
+
 def test_fault_causes_are_distinct():
     """Each fault reads differently in the record: no cause is a prefix of another's text."""
     causes = [f[3] for f in FAULTS]

@@ -281,7 +281,7 @@ def exchange(
 
 
 def _final(error: SummarizerError, note: str) -> SummarizerError:
-    return SummarizerError(f"{error.cause} ({note})", retryable=False, status=error.status)
+    return error.with_cause(f"{error.cause} ({note})", retryable=False)
 
 
 # --- drivers ----------------------------------------------------------------------------------

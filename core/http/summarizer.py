@@ -281,22 +281,29 @@ class HttpSummarizer:
         return HttpCall(self.url, headers, json.dumps(body, ensure_ascii=False).encode("utf-8"))
 
     def parse(self, request: SummaryRequest, response: HttpResponse) -> SummaryResult:
-        """Check a 2xx reply; each way it can be unusable has its own cause."""
+        """Check a 2xx reply; each way it can be unusable has its own cause. A rejected reply's
+        usage goes with the failure: the provider bills it all the same."""
         reply = self.read_reply(decode_json(response.body))
+
+        def rejected(cause: str) -> SummarizerError:
+            return SummarizerError(
+                cause, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, tokens_in_cached=reply.tokens_in_cached
+            )
+
         text = reply.text.strip()
         if reply.cut_off:
-            raise SummarizerError(
+            raise rejected(
                 f"reply cut off by the token limit (stop reason {reply.stop_reason!r} at "
                 f"max_output_tokens={self.config.max_output_tokens}); raise max_output_tokens"
             )
         if reply.refused:
-            raise SummarizerError(f"reply refused or filtered by the provider (stop reason {reply.stop_reason!r})")
+            raise rejected(f"reply refused or filtered by the provider (stop reason {reply.stop_reason!r})")
         if not text:
-            raise SummarizerError(f"empty reply: the model returned no text (stop reason {reply.stop_reason!r})")
+            raise rejected(f"empty reply: the model returned no text (stop reason {reply.stop_reason!r})")
         budget = replaced_budget_tokens(request)
         size = len(text) // CHARS_PER_TOKEN
         if size >= budget:
-            raise SummarizerError(
+            raise rejected(
                 f"reply larger than the text it replaces: about {size} tokens for {budget} tokens of "
                 "messages and previous summary"
             )
@@ -320,8 +327,7 @@ class HttpSummarizer:
         )
 
     def _redacted(self, error: SummarizerError) -> SummarizerError:
-        cause = self.secrets.redact(f"{self.plugin_name}: {error.cause}")
-        return SummarizerError(cause, retryable=error.retryable, status=error.status)
+        return error.with_cause(self.secrets.redact(f"{self.plugin_name}: {error.cause}"))
 
     # --- hooks and transports -----------------------------------------------------------------
 
