@@ -233,7 +233,7 @@ class ProgressiveCompactor:
                 try:
                     answer = checked(self.hooks.summarize(request))
                 except Exception as exc:  # noqa: BLE001 - any failure means "fall back"
-                    answer = Summarized(None, cause(exc))
+                    answer = Summarized.failed(cause(exc), exc)
                 request = turn.send(answer)
         except StopIteration as stop:
             result: TurnResult = stop.value
@@ -252,7 +252,7 @@ class ProgressiveCompactor:
                         result = await asyncio.to_thread(self.hooks.summarize, request)
                     answer = checked(result)
                 except Exception as exc:  # noqa: BLE001 - any failure means "fall back"
-                    answer = Summarized(None, cause(exc))
+                    answer = Summarized.failed(cause(exc), exc)
                 request = turn.send(answer)
         except StopIteration as stop:
             done: TurnResult = stop.value

@@ -323,10 +323,6 @@ def test_a_rejected_reply_carries_the_usage_the_provider_billed(fake, tmp_path, 
     assert (raised.value.tokens_in, raised.value.tokens_out) == usage
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs core/compactor.py to answer a failed call with Summarized.failed(cause(exc), exc)",
-)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_record_counts_the_tokens_of_a_rejected_reply(fake, tmp_path, protocol, mode):
