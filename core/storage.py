@@ -365,9 +365,24 @@ def _remove_quietly(folder: _Folder, name: str) -> None:
 
 
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace the file at ``path`` (a user's output file) by ``data`` atomically, owner-only
-    (0600): an interrupted write leaves the old file whole, never an empty or partial one."""
+    """Write ``data`` to ``path``, a user's output file.
+
+    A regular file (or a missing one) is replaced atomically, owner-only (0600): an interrupted
+    write leaves the old file whole, never an empty or partial one. A symbolic link stays a link:
+    the file it points to is replaced. Anything else (a named pipe, a device such as
+    ``/dev/stdout``) is opened and written to, as a shell's ``>`` would, never replaced.
+    """
     target = Path(path).absolute()
+    try:
+        mode: int | None = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None  # missing, or a link to a missing file: made where the link points
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.tmp-")
     try:
         with os.fdopen(fd, "wb") as f:

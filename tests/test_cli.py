@@ -224,6 +224,25 @@ def test_compact_json_and_output_file(tmp_path: Path, cfg: Path, session: Path) 
     assert data["record"]["tokens_after"] < data["record"]["tokens_before"]
 
 
+def test_compact_output_dash_is_stdout_and_a_link_is_written_through(
+    tmp_path: Path, cfg: Path, session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run("compact", session, "-c", cfg, "-o", "-")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["role"] for line in result.stdout.splitlines()][0] == "system"
+    assert NOTICE.fullmatch(result.stderr.rstrip("\n"))  # the notice on stderr, the view alone on stdout
+    assert not (tmp_path / "-").exists()
+    page = run("report", session, "-c", cfg, "-o", "-")
+    assert page.exit_code == 0, page.output
+    assert page.stdout.startswith("<!doctype html>") and page.stderr.startswith("wrote - (")
+    (tmp_path / "real.jsonl").write_text("", "utf-8")
+    (tmp_path / "link.jsonl").symlink_to("real.jsonl")
+    assert run("compact", session, "-c", cfg, "-s", "b", "-o", tmp_path / "link.jsonl").exit_code == 0
+    assert (tmp_path / "link.jsonl").is_symlink()
+    assert json.loads((tmp_path / "real.jsonl").read_text("utf-8").splitlines()[0])["role"] == "system"
+
+
 def test_compact_masks_secrets_before_json_escapes_them(tmp_path: Path, secret_cfg: Path, secret_session: Path) -> None:
     out = tmp_path / "view.jsonl"
     assert run("compact", secret_session, "-c", secret_cfg, "-o", out).exit_code == 0

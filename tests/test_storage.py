@@ -23,6 +23,7 @@ from progressive_compactor.storage import (
     read_private,
     remove,
     safe_name,
+    write_file,
     write_private,
 )
 from timeouts import no_hang
@@ -260,6 +261,50 @@ def test_a_named_pipe_is_refused_never_waited_on(tmp_path):
     assert stat.S_ISFIFO(os.lstat(root / "f.txt").st_mode)
     with pytest.raises(StorageError, match="a folder, not a regular file"):
         read_private(root, tmp_path)
+
+
+# --- a user's output file -------------------------------------------------------------------------
+
+
+def test_an_output_file_is_replaced_whole_and_private(tmp_path):
+    out = tmp_path / "view.jsonl"
+    out.write_bytes(b"old and longer")
+    os.chmod(out, 0o644)
+    write_file(out, b"new")
+    assert out.read_bytes() == b"new" and stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["view.jsonl"]  # no temporary file left
+
+
+def test_an_output_path_that_is_a_link_writes_to_its_target_and_stays_a_link(tmp_path):
+    target = tmp_path / "real.jsonl"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to("real.jsonl")
+    write_file(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to("made.jsonl")
+    write_file(dangling, b"made")
+    assert dangling.is_symlink() and (tmp_path / "made.jsonl").read_bytes() == b"made"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_an_output_path_that_is_a_named_pipe_or_a_device_is_written_to_not_replaced(tmp_path):
+    import threading
+
+    pipe = tmp_path / "view.pipe"
+    os.mkfifo(pipe, 0o600)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    with no_hang(5):
+        write_file(pipe, b"through the pipe")
+        reader.join()
+    assert got == [b"through the pipe"] and stat.S_ISFIFO(os.lstat(pipe).st_mode)
+    link = tmp_path / "null"
+    link.symlink_to(os.devnull)
+    write_file(link, b"x")
+    assert link.is_symlink() and stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 # --- secrets --------------------------------------------------------------------------------------

@@ -199,9 +199,14 @@ def console(stderr: bool = False) -> Any:
 
 
 def write_output(path: str, text: str) -> None:
-    """Write a command's output file atomically, owner-only; errors as one readable line."""
+    """Write a command's output file (:func:`~progressive_compactor.storage.write_file`: atomically
+    and owner-only for a regular file, through for a link, a pipe or a device), or stdout for
+    ``-``; errors as one readable line."""
     from ..storage import write_file
 
+    if path == "-":
+        click.echo(text, nl=False)
+        return
     try:
         write_file(path, text.encode("utf-8", "surrogatepass"))
     except OSError as exc:

@@ -16,7 +16,9 @@ from .inputs import load_history
 @window_option
 @data_dir_option
 @click.option("--session-id", "-s", help="Session id (default: the file name).")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the view here (default: stdout).")
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), help="Write the view to this file (default, or -: stdout)."
+)
 @json_option
 def compact(
     session_file: str,
@@ -30,7 +32,7 @@ def compact(
     """Compact SESSION_FILE (JSONL, a JSON array of chat messages, or - for stdin) and write the view.
 
     The view is written as JSONL, one message per line, and the two-line notice goes to stderr
-    (to stdout with -o). With --json, one object {"view": [...], "record": {...}} instead.
+    (to stdout with -o FILE). With --json, one object {"view": [...], "record": {...}} instead.
     Offloaded results go to the data folder, where 'compactor show HANDLE' finds them.
 
     \b
@@ -58,7 +60,7 @@ def compact(
         click.echo(text, nl=False)
     if not as_json:
         message = notice(record) or f"No compaction needed: {record.tokens_before} tokens"
-        click.echo(message, err=bool(not output))
+        click.echo(message, err=output in (None, "-"))
 
 
 COMMANDS = [compact]

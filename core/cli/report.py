@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import click
 
-from .app import echo_json, json_option, load_cli_config, storage_compactor, write_output
+from .app import json_option, json_text, load_cli_config, storage_compactor, write_output
 from .inputs import read_text
 
 
@@ -133,7 +133,7 @@ def expand(inputs: Sequence[str]) -> list[str]:
     "--output",
     "-o",
     type=click.Path(dir_okay=False),
-    help="HTML file to write (default: NAME-report.html, or NAME-comparison.html, in the current folder).",
+    help="HTML file to write, or - for stdout (default: NAME-report.html, or NAME-comparison.html, in the current folder).",
 )
 @click.option(
     "--config",
@@ -230,12 +230,14 @@ def report(
     write_output(target, page)
     size = len(page.encode("utf-8"))
     compactions = sum(len(r.compactions) for r in runs)
-    if as_json:
-        echo_json({"output": target, "bytes": size, "runs": len(runs), "compactions": compactions})
-    else:
-        click.echo(
-            f"wrote {target} ({size // 1024} KB, {len(runs)} run{'s' if len(runs) > 1 else ''}, {compactions} compactions)"
-        )
+    done = {"output": target, "bytes": size, "runs": len(runs), "compactions": compactions}
+    plural = "s" if len(runs) > 1 else ""
+    text = (
+        json_text(done)
+        if as_json
+        else f"wrote {target} ({size // 1024} KB, {len(runs)} run{plural}, {compactions} compactions)"
+    )
+    click.echo(text, err=target == "-")  # with -o -, the page itself is on stdout
 
 
 COMMANDS = [report]
