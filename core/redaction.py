@@ -286,19 +286,38 @@ def _redact_each(value: Any, redact: Callable[[str], str]) -> Any:
 
 URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
 """The password of a connection string (``postgresql://user:secret@host/db``)."""
-KEY_PASSWORD = re.compile(r"""(?i)\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&'"]+)""")
-"""A ``password=...`` setting: libpq's ``host=db password=secret`` or a URL's ``?password=secret``."""
+KEY_PASSWORD = re.compile(r"""(?i)\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s\\'"&]|\\.?)+)""")
+"""A ``password=...`` setting: libpq's ``host=db password=secret`` (a backslash escapes the
+character after it, a space included, quoted or not) or a URL's ``?password=secret``."""
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
 PASSWORD_MASK = "***"  # noqa: S105 - the mask, not a password
 
 
 def connection_passwords(text: str) -> list[str]:
-    """The passwords a connection string holds (URL ``user:password@`` and ``password=``)."""
+    """The passwords a connection string holds (URL ``user:password@`` and ``password=``), each as
+    written and as libpq reads it: percent-decoded, quotes and backslash escapes removed, and,
+    when psycopg is installed, the password libpq itself parses of ``text``."""
     found = []
     for value in URL_PASSWORD.findall(text):
-        found += [value, unquote(value)] if unquote(value) != value else [value]
+        found += [value, unquote(value)]
     for value in KEY_PASSWORD.findall(text):
-        found.append(value[1:-1].replace("\\'", "'").replace("\\\\", "\\") if value.startswith("'") else value)
-    return [p for p in found if p]
+        found.append(_ESCAPE.sub(r"\1", value[1:-1] if value.startswith("'") else value))
+    if found:
+        found.append(_libpq_password(text))
+    return [p for p in dict.fromkeys(found) if p]
+
+
+def _libpq_password(text: str) -> str:
+    """The password libpq reads in ``text``; empty when psycopg is not installed or ``text`` is
+    not one connection string libpq reads."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return ""
+    try:
+        return str(conninfo_to_dict(text).get("password") or "")
+    except Exception:  # noqa: BLE001 - not a connection string: the patterns above found what there is
+        return ""
 
 
 def mask_passwords(text: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +15,14 @@ import pytest
 from progressive_compactor.converters import read_records_file
 from progressive_compactor.errors import StorageError
 from progressive_compactor.models import Anchor, AnchorType
-from progressive_compactor.redaction import MASK, SecretRegistry, mask_credentials, redact_data
+from progressive_compactor.redaction import (
+    MASK,
+    SecretRegistry,
+    connection_passwords,
+    mask_credentials,
+    mask_passwords,
+    redact_data,
+)
 from progressive_compactor.storage import (
     append_line,
     create_private,
@@ -310,6 +318,27 @@ def test_an_output_path_that_is_a_named_pipe_or_a_device_is_written_to_not_repla
 # --- secrets --------------------------------------------------------------------------------------
 
 KEY = "sk-live-0123456789abcdefXYZ"
+
+
+LIBPQ_PASSWORDS = [
+    (r"host=db password=Sup3r\ S3cret dbname=x", "Sup3r S3cret"),
+    (r"host=db password=a\b\'c\\d dbname=x", "ab'c\\d"),
+    (r"host=db password='it\'s a \\ \secret' dbname=x", "it's a \\ secret"),
+]
+"""Keyword connection strings whose password holds a backslash escape, and the password libpq
+reads in each."""
+
+
+@pytest.mark.parametrize("libpq", [True, False], ids=["psycopg", "without-psycopg"])
+@pytest.mark.parametrize(("dsn", "password"), LIBPQ_PASSWORDS)
+def test_a_keyword_password_is_read_and_masked_as_libpq_reads_it(dsn, password, libpq, monkeypatch):
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert conninfo_to_dict(dsn)["password"] == password  # what libpq reads, indeed
+    if not libpq:
+        monkeypatch.setitem(sys.modules, "psycopg.conninfo", None)  # as if psycopg were not installed
+    assert connection_passwords(dsn) == [password]
+    assert mask_passwords(dsn) == "host=db password=*** dbname=x"
 
 
 def test_a_secret_is_masked_in_any_letter_case():

@@ -154,8 +154,18 @@ WRONG = "S3cret-Passw0rd-91ab"
         ),
         ("http://db.internal:5432/agents", "starts with 'http:'; libpq reads only postgresql:// and postgres://"),
         (f"postgresql//agents:{WRONG}@db:5432/agents", 'missing "=" after "postgresql//agents:***@db:5432/agents"'),
-        (f"postgresql://agents:{WRONG}@db:99999/agents", "port '99999' is not a number from 1 to 65535"),
-        (f"host=db port=5432,70000 password={WRONG}", "port '70000' is not a number from 1 to 65535"),
+        (
+            f"postgresql://agents:{WRONG}@db:99999/agents",
+            "a port is not a number from 1 to 65535 in 'postgresql://agents:***@db:99999/agents'",
+        ),
+        (
+            f"host=db port=5432,70000 password={WRONG}",
+            "a port is not a number from 1 to 65535 in 'host=db port=5432,70000 password=***'",
+        ),
+        (
+            f"postgresql://agents:{WRONG}/x@db:5432/agents",
+            "a port is not a number from 1 to 65535 in 'postgresql://agents:***@db:5432/agents'",
+        ),
         (f"host=db dbname=agents pasword={WRONG}", 'invalid connection option "pasword"'),
         (f"postgresql://agents:{WRONG} x@db:5432/agents", 'unexpected spaces found in "***"'),
     ],

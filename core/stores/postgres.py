@@ -101,7 +101,8 @@ def dsn_password(dsn: str) -> str | None:
         raise _refused(why) from None
     for port in str(params.get("port") or "").split(","):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
-            why = f"port {port!r} is not a number from 1 to 65535 in {shown(dsn, dsn)!r}"
+            # the port is not named: libpq reads a piece of a password holding a / as the port
+            why = f"a port is not a number from 1 to 65535 in {shown(dsn, dsn)!r}"
             raise _refused(why)
     password = params.get("password")
     return str(password) if password else None
