@@ -344,7 +344,7 @@ def get_plugin_manager(
         except PluginError as exc:
             problems.append(f"{exc} @ $.config.{name}")
     if problems:
-        _close_all(pm)
+        problems += close_problems(pm)
         raise ConfigError(problems)
     for name, obj in extra_plugins:
         pm.register(obj, name=name)
@@ -355,11 +355,24 @@ def get_plugin_manager(
     return pm
 
 
-def _close_all(pm: pluggy.PluginManager) -> None:
-    for _, plugin in pm.list_name_plugin():
+def _close_all(pm: pluggy.PluginManager, redact: Callable[[str], str] = str) -> list[tuple[str, str]]:
+    """Close every plugin that has a ``close()``, the ones after a failing one included: the
+    plugins that failed, each with its error (``RuntimeError: ...``, masked by ``redact``)."""
+    failed = []
+    for name, plugin in pm.list_name_plugin():
         closer = getattr(plugin, "close", None)
         if callable(closer):
-            closer()
+            try:
+                closer()
+            except Exception as exc:  # noqa: BLE001 - one plugin's failure must not leak the others
+                failed.append((name, redact(f"{type(exc).__name__}: {exc}")))
+    return failed
+
+
+def close_problems(pm: pluggy.PluginManager) -> list[str]:
+    """Close every plugin of ``pm`` (``compactor config check``): the failures as problems of
+    their plugin's block."""
+    return [f"plugin {name!r} failed to close: {cause} @ $.config.{name}" for name, cause in _close_all(pm)]
 
 
 def _bad_plan(name: str, result: Any) -> TierPlan:
@@ -552,4 +565,7 @@ class Hooks:
         return [impl.plugin_name for impl in getattr(self._h, hook).get_hookimpls()]
 
     def close(self) -> None:
-        _close_all(self.pm)
+        """Close every plugin; one whose ``close()`` raises is logged as a warning, never raised:
+        it must not lose what was computed, nor leave the plugins after it open."""
+        for name, cause in _close_all(self.pm, self.secrets.redact):
+            log.warning("close of plugin %s failed: %s", name, cause)

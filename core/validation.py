@@ -288,8 +288,9 @@ def load_config(
 
 
 def config_file_problems(name_or_path: str | os.PathLike[str]) -> list[str]:
-    """Every problem of a config file, plugins started included (``compactor config check``)."""
-    from .plugin_manager import get_plugin_manager
+    """Every problem of a config file, plugins started (and closed) included (``compactor config
+    check``)."""
+    from .plugin_manager import close_problems, get_plugin_manager
 
     try:
         config = load_config(name_or_path)
@@ -311,10 +312,7 @@ def config_file_problems(name_or_path: str | os.PathLike[str]) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
             problems.append(f"{prefix}{type(exc).__name__}: {exc}")
             continue
-        for _, plugin in pm.list_name_plugin():
-            closer = getattr(plugin, "close", None)
-            if callable(closer):
-                closer()
+        problems += [prefix + p for p in close_problems(pm) if prefix + p not in problems and p not in problems]
     return problems
 
 
@@ -344,8 +342,12 @@ def _start_problems(name_or_path: str | os.PathLike[str], found: list[str]) -> l
         except Exception:  # noqa: BLE001, S112 - reported once the config is otherwise valid
             continue
         closer = getattr(plugin, "close", None)
-        if callable(closer):
-            closer()
+        try:
+            if callable(closer):
+                closer()
+        except Exception as exc:  # noqa: BLE001 - a problem of the plugin like any other
+            problem = f"plugin {name!r} failed to close: {type(exc).__name__}: {exc} {where}"
+            problems += [problem] if problem not in found else []
     return problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,23 @@ def synthetic_history(rounds: int = 12) -> list[dict[str, Any]]:
         )
     messages.append({"role": "assistant", "content": "Fixed."})
     return messages
+
+
+def fake_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: str, **plugins: str) -> None:
+    """Plugins installed for the test, never for real: each ``name=attribute`` of the module
+    ``source``, written to ``tmp_path`` (``_`` in a name stands for ``-``)."""
+    from progressive_compactor import plugin_manager
+    from progressive_compactor.plugin_manager import PluginInfo
+
+    (tmp_path / "fake_cli_plugins.py").write_text(source, "utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fake_cli_plugins", raising=False)
+    real = plugin_manager.installed_plugins()
+    extra = {
+        name.replace("_", "-"): PluginInfo(name.replace("_", "-"), "fake-dist", "1.0", f"fake_cli_plugins:{attr}")
+        for name, attr in plugins.items()
+    }
+    monkeypatch.setattr(plugin_manager, "installed_plugins", lambda: {**real, **extra})
 
 
 def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:

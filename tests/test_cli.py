@@ -20,7 +20,17 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cli_helpers import ANSI, NOTICE, SECRET, corpus_file, leaked, synthetic_history, write_jsonl
+from cli_helpers import (
+    ANSI,
+    NOTICE,
+    SECRET,
+    corpus_file,
+    fake_plugins,
+    leaked,
+    synthetic_history,
+    write_config,
+    write_jsonl,
+)
 from progressive_compactor import ProgressiveCompactor
 from progressive_compactor.cli import app as cli_mod
 from progressive_compactor.cli.app import cli as main
@@ -586,6 +596,36 @@ def test_a_broken_plugin_shows_its_error(monkeypatch: pytest.MonkeyPatch, cfg: P
     rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert "failed to import" in rows["broken-thing"]["error"] and "no_such_module_xyz" in rows["broken-thing"]["error"]
     assert rows["tier-full"]["error"] is None
+
+
+CLOSE_RAISES = """
+from progressive_compactor.plugin import hookimpl
+
+
+class Plugin:
+    @hookimpl
+    def persist_record(self, record):
+        pass
+
+    def close(self):
+        raise RuntimeError("close boom")
+"""
+
+
+def test_a_plugin_whose_close_raises_loses_no_view_and_is_a_config_problem(
+    tmp_path: Path, session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_plugins(monkeypatch, tmp_path, CLOSE_RAISES, close_raise="Plugin")
+    config = write_config(tmp_path, plugins={"extra": ["close-raise"]})
+    result = run("compact", session, "-c", config)
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["role"] for line in result.stdout.splitlines()][0] == "system"
+    assert "warning: close of plugin close-raise failed: RuntimeError: close boom\n" in result.stderr
+    checked = run("config", "check", config)
+    assert checked.exit_code == 1
+    assert f"{config}: plugin 'close-raise' failed to close: RuntimeError: close boom @ $.config.close-raise" in (
+        checked.stdout
+    )
 
 
 # --- config -----------------------------------------------------------------------------------

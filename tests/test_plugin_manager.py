@@ -122,6 +122,50 @@ def test_a_plugin_that_fails_to_start_is_named(make_compactor, fake_plugins):
     assert info.value.problems == ["plugin 'grumpy' failed to start: RuntimeError: no mood today @ $.config.grumpy"]
 
 
+CLOSING = """
+    from progressive_compactor.plugin import hookimpl
+
+    closed = []
+
+    class Raises:
+        @hookimpl
+        def persist_record(self, record):
+            pass
+
+        def close(self):
+            raise RuntimeError("close boom")
+
+    class Notes:
+        @hookimpl
+        def persist_record(self, record):
+            pass
+
+        def close(self):
+            closed.append("notes")
+"""
+"""Two plugins: one whose close() raises, and one that notes it was closed."""
+
+
+def test_a_plugin_whose_close_raises_is_named_and_the_others_are_closed_all_the_same(
+    make_compactor, fake_plugins, tmp_path, caplog
+):
+    from progressive_compactor.validation import config_file_problems
+
+    fake_plugins("close-raise", CLOSING, attr="Raises")
+    module = fake_plugins("close-notes", CLOSING, attr="Notes")
+    compactor = make_compactor(plugins={"extra": ["close-raise", "close-notes"]})
+    with caplog.at_level("WARNING", logger="progressive_compactor"):
+        compactor.close()  # raises nothing
+    assert sys.modules[module].closed == ["notes"]
+    assert "close of plugin close-raise failed: RuntimeError: close boom" in caplog.text
+    config = tmp_path / "closing.yaml"
+    config.write_text("plugins: {extra: [close-raise, close-notes]}\n", "utf-8")
+    assert config_file_problems(config) == [
+        "plugin 'close-raise' failed to close: RuntimeError: close boom @ $.config.close-raise"
+    ]
+    assert sys.modules[module].closed == ["notes", "notes"]
+
+
 def test_unselected_plugins_are_never_imported(make_compactor, fake_plugins):
     module = fake_plugins("trap", "raise RuntimeError('imported although not selected')\n")
     make_compactor()
