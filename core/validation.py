@@ -93,7 +93,27 @@ def core_problems(config: CompactorConfig) -> list[str]:
     for role, fix in REQUIRED_ROLES.items():
         if getattr(config.plugins, role) == "none":
             problems.append(f"the {role} role cannot be empty; {fix} @ $.plugins.{role}")
-    return problems
+    return problems + data_dir_problems(config.data_dir)
+
+
+def data_dir_problems(configured: str | None) -> list[str]:
+    """The problem of a data folder (``data_dir``, else ``$COMPACTOR_DATA_DIR``) that is a file, or
+    lies under one: every plugin's offload and write would fail in it, turn after turn."""
+    from .storage import DATA_DIR_ENV, resolve_data_dir
+
+    path = resolve_data_dir(configured)
+    found = next((p for p in (path, *path.parents) if os.path.exists(p)), None)
+    if found is None or os.path.isdir(found):
+        return []
+    if configured:
+        return [
+            f"data_dir {configured!r} is not a folder: {str(found)!r} is a file; name a folder (created if missing) @ $.data_dir"
+        ]
+    named = os.environ.get(DATA_DIR_ENV, "")
+    return [
+        f"the environment variable {DATA_DIR_ENV} {named!r} is not a folder: {str(found)!r} is a file; name a"
+        " folder (created if missing), or set data_dir @ $.data_dir"
+    ]
 
 
 def _structure_fields(data: Mapping[str, Any]) -> tuple[CompactorConfig, list[str]]:

@@ -669,6 +669,21 @@ def test_config_check_reports_every_problem_with_its_path(tmp_path: Path) -> Non
     assert as_json["ok"] is False and len(as_json["problems"]) == 5
 
 
+def test_a_data_folder_that_is_a_file_is_refused_before_anything_is_compacted(tmp_path: Path, session: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("", "utf-8")
+    config = tmp_path / "dd.yaml"
+    config.write_text(f"data_dir: {afile}\n", "utf-8")
+    checked = run("config", "check", config)
+    assert checked.exit_code == 1
+    assert (
+        checked.stdout
+        == f"{config}: data_dir {str(afile)!r} is not a folder: {str(afile)!r} is a file; name a folder (created if missing) @ $.data_dir\n"
+    )
+    result = run("compact", session, env={"COMPACTOR_DATA_DIR": str(afile)})
+    assert "the environment variable COMPACTOR_DATA_DIR" in one_error_line(result) and result.stdout == ""
+
+
 def test_config_check_duplicate_keys_and_a_block_for_a_plugin_nobody_installed(tmp_path: Path) -> None:
     bad = tmp_path / "typo.yaml"
     bad.write_text("config:\n  store-jsnl: {record_none: true}\ncontext_window: 1000\ncontext_window: 2000\n", "utf-8")

@@ -202,6 +202,26 @@ def test_a_block_for_an_installed_plugin_that_is_not_selected_is_kept_unused():
         load_config("default", plugins={"summarizer": "summarize-openai"}, config={"summarize-openai": {"modl": "x"}})
 
 
+def test_a_data_folder_that_is_a_file_is_refused_from_the_config_and_the_environment(tmp_path, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for data_dir in (afile, afile / "sub"):
+        with pytest.raises(ConfigError) as info:
+            load_config("default", data_dir=str(data_dir))
+        assert info.value.problems == [
+            f"data_dir {str(data_dir)!r} is not a folder: {str(afile)!r} is a file; name a folder"
+            " (created if missing) @ $.data_dir"
+        ]
+    monkeypatch.setenv("COMPACTOR_DATA_DIR", str(afile))
+    with pytest.raises(ConfigError) as info:
+        load_config("default")
+    assert info.value.problems == [
+        f"the environment variable COMPACTOR_DATA_DIR {str(afile)!r} is not a folder: {str(afile)!r} is a file;"
+        " name a folder (created if missing), or set data_dir @ $.data_dir"
+    ]
+    assert load_config("default", data_dir=str(tmp_path / "new")).data_dir == str(tmp_path / "new")  # data_dir wins
+
+
 def test_a_duplicate_key_in_yaml_is_an_error(tmp_path):
     path = tmp_path / "twice.yaml"
     path.write_text("context_window: 1000\nplugins: {}\ncontext_window: 2000\n")
