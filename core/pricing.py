@@ -27,6 +27,7 @@ in the ``pricing`` section of the YAML config (it is also what cost-aware polici
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import attrs
@@ -37,8 +38,10 @@ PER = 1_000_000
 
 
 def _not_negative(instance: Any, attribute: Any, value: float | None) -> None:
-    if value is not None and not value >= 0:
-        raise SettingError(f"a price must be 0 or more (US dollars per million tokens), got {value}", attribute.name)
+    if value is not None and not (value >= 0 and math.isfinite(value)):  # NaN fails both
+        raise SettingError(
+            f"a price must be a finite number, 0 or more (US dollars per million tokens), got {value}", attribute.name
+        )
 
 
 @attrs.frozen

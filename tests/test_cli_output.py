@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from cli_helpers import NOTICE, synthetic_history, write_jsonl
 from progressive_compactor.cli.app import cli as main
-from progressive_compactor.cli.app import global_options_first
+from progressive_compactor.cli.app import global_options_first, json_text
 from progressive_compactor.cli.render import elide
 from progressive_compactor.converters import read_records_file, record_to_json
 from progressive_compactor.models import Anchor, AnchorType, CompactionRecord, CompactionTier, OffloadEntry
@@ -404,3 +404,12 @@ def test_debug_after_the_command(cfg: Path) -> None:
 )
 def test_global_options_first(args: list[str], expected: list[str]) -> None:
     assert global_options_first(args) == expected
+
+
+def test_json_output_is_strict_json_even_of_a_number_that_is_not_finite() -> None:
+    data = {"cost": {"input": float("inf"), "output": float("nan"), "total": 1.5}, "turns": [float("-inf")]}
+    text = json_text(data)
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in {text}")) == {
+        "cost": {"input": None, "output": None, "total": 1.5},
+        "turns": [None],
+    }

@@ -64,13 +64,29 @@ def test_price_table_problems_name_their_path():
     with pytest.raises(ConfigError) as negative:
         prices_from_mapping({"output": -2.0})
     assert negative.value.problems == [
-        "a price must be 0 or more (US dollars per million tokens), got -2.0 @ $.pricing.output"
+        "a price must be a finite number, 0 or more (US dollars per million tokens), got -2.0 @ $.pricing.output"
     ]
     with pytest.raises(ConfigError) as in_config:
         load_config("default", pricing={"cached_input": -0.3})
     assert in_config.value.problems == [
-        "a price must be 0 or more (US dollars per million tokens), got -0.3 @ $.pricing.cached_input"
+        "a price must be a finite number, 0 or more (US dollars per million tokens), got -0.3 @ $.pricing.cached_input"
     ]
     with pytest.raises(ConfigError) as text:
         load_config("default", pricing={"input": "cheap"})
     assert [p.rsplit(" @ ", 1)[1] for p in text.value.problems] == ["$.pricing.input"]
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_price_must_be_a_finite_number(value):
+    with pytest.raises(ConfigError) as raised:
+        prices_from_mapping({"input": value})
+    assert raised.value.problems == [
+        f"a price must be a finite number, 0 or more (US dollars per million tokens), got {value} @ $.pricing.input"
+    ]
+
+
+def test_an_infinite_price_in_yaml_is_refused(tmp_path):
+    path = tmp_path / "inf.yaml"
+    path.write_text("pricing: {input: .inf}\n", "utf-8")
+    with pytest.raises(ConfigError, match=r"a price must be a finite number.*got inf @ \$\.pricing\.input"):
+        load_config(path)

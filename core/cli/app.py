@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import traceback
@@ -179,13 +180,29 @@ def storage_compactor(cfg: Any) -> Any:
 
 def json_text(data: Any) -> str:
     """JSON of ``data`` as readable text; escaped where it holds lone surrogates (valid JSON that
-    no UTF-8 stream can carry as they are)."""
-    text = json.dumps(data, ensure_ascii=False, default=str)
+    no UTF-8 stream can carry as they are); a number that is not finite (NaN, infinity: no JSON
+    number) is null."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        data = _finite(data)
+        text = json.dumps(data, ensure_ascii=False, default=str, allow_nan=False)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(data, ensure_ascii=True, default=str)
+        return json.dumps(data, ensure_ascii=True, default=str, allow_nan=False)
     return text
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with every float that is not finite replaced by None."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
 
 
 def echo_json(data: Any) -> None:
