@@ -531,11 +531,40 @@ def test_records_errors(tmp_path: Path, cfg: Path) -> None:
         f"error: no records for session 'no-such-session': no store of config '{cfg}' (stores: store-jsonl) "
         "holds any; pass a records JSONL path instead"
     )
-    assert one_error_line(run("records", tmp_path / "x.jsonl")) == f"error: {tmp_path / 'x.jsonl'}: no such file"
+    assert one_error_line(run("records", tmp_path / "x.jsonl", "-c", cfg)) == (
+        f"error: {tmp_path / 'x.jsonl'}: no such file, and no store of config '{cfg}' (stores: store-jsonl)"
+        f" holds a session of that name"
+    )
     none = tmp_path / "none.yaml"
     none.write_text(f"data_dir: '{tmp_path}'\nplugins: {{stores: []}}\n", "utf-8")
     line = one_error_line(run("records", "sess", "-c", none))
     assert line.startswith("error: no records for session 'sess': no store of config") and "(stores: none)" in line
+
+
+def test_records_of_a_session_whose_id_looks_like_a_path(tmp_path: Path, cfg: Path, session: Path) -> None:
+    for sid in ("team/t42", "t43.jsonl"):
+        assert run("compact", session, "-c", cfg, "-s", sid).exit_code == 0
+        result = run("records", sid, "-c", cfg)
+        assert result.exit_code == 0, result.output
+        assert f"1 records in session {sid}" in result.stdout
+
+
+def test_records_of_a_file_that_is_not_a_records_file_is_an_error(tmp_path: Path, cfg: Path, session: Path) -> None:
+    line = one_error_line(run("records", session, "-c", cfg))
+    assert (
+        line
+        == f"error: {session}: not a records file (it holds chat messages; to replay it: compactor replay {session})"
+    )
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json at all\n", "utf-8")
+    result = run("records", garbage, "-c", cfg)
+    assert result.exit_code == 1
+    assert (
+        result.stderr.splitlines()[-1] == f"error: {garbage}: not a records file: no line of it is a compaction record"
+    )
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", "utf-8")
+    assert run("records", empty, "-c", cfg).exit_code == 0  # a store that has written nothing yet
 
 
 def test_show_whole_and_line_range(tmp_path: Path, cfg: Path, session: Path) -> None:

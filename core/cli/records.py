@@ -28,9 +28,20 @@ from .app import (
 )
 
 
-def _is_records_file(value: str) -> bool:
-    path = Path(value).expanduser()
-    return path.is_file() or value.endswith(".jsonl") or os.sep in value
+def _looks_like_a_path(value: str) -> bool:
+    return value.endswith(".jsonl") or os.sep in value
+
+
+def _chat_history(data: bytes) -> bool:
+    """Whether a file's first line is a chat history's: a message, or the start of a JSON array."""
+    import json
+
+    first = next((line for line in data.split(b"\n") if line.strip()), b"")
+    try:
+        item = json.loads(first)
+    except ValueError:
+        return first.lstrip().startswith(b"[")
+    return isinstance(item, list) or (isinstance(item, dict) and "role" in item)
 
 
 FACTS_FOLDER = "replay"
@@ -82,7 +93,8 @@ def records(
     session_or_file: str, number: int | None, full: bool, config: str, data_dir: str | None, as_json: bool
 ) -> None:
     """Show the compaction records of a session id (read back through the config's stores) or of
-    a records JSONL file: a table with one line per record, errors and loop-guard notes below it.
+    a records JSONL file (an existing path is a file, anything else a session id, 'team/t42'
+    included): a table with one line per record, errors and loop-guard notes below it.
 
     With --compaction N, what compaction N did: its notice, the five anchors, the summary text, each
     offloaded tool result with the command that prints it, and for sessions replayed with
@@ -94,25 +106,31 @@ def records(
     \b
     Example: compactor records my-session --compaction 3 --config team.yaml
     """
-    from ..converters import read_records_file, record_to_dict
+    from ..converters import parse_records, record_to_dict
     from ..notice import changed_view
     from ..redaction import config_registry, redact_data
-    from ..storage import resolve_data_dir
+    from ..storage import read_file, resolve_data_dir
     from .render import Where, compaction_detail, details_hint, print_all, records_view
 
     cfg = load_cli_config(config, data_dir=data_dir)
     redact = config_registry(cfg).redact
     show_dir = os.path.abspath(os.path.expanduser(data_dir)) if data_dir else None
-    if _is_records_file(session_or_file):
-        path = Path(session_or_file).expanduser()
-        if not path.exists():
-            raise click.ClickException(f"{session_or_file}: no such file")
+    path = Path(session_or_file).expanduser()
+    if path.exists():
         if path.is_dir():
             raise click.ClickException(f"{session_or_file}: is a directory, expected a records JSONL file")
         try:
-            found = list(read_records_file(path))
+            data = read_file(path)
         except OSError as exc:
             raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if _chat_history(data):
+            replay = shlex.join(["compactor", "replay", session_or_file])
+            raise click.ClickException(
+                f"{session_or_file}: not a records file (it holds chat messages; to replay it: {replay})"
+            )
+        found = list(parse_records(data, path))
+        if not found and data.strip():
+            raise click.ClickException(f"{session_or_file}: not a records file: no line of it is a compaction record")
         where, command = str(path), f"compactor records {shlex.quote(str(path))}"
         folder = path.absolute().parent.parent
         lost = read_lost_facts(folder / FACTS_FOLDER / f"{path.stem}.facts.jsonl", redact)
@@ -121,6 +139,11 @@ def records(
     else:
         with storage_compactor(cfg) as compactor:
             stored = compactor.records(session_or_file)
+        if stored is None and _looks_like_a_path(session_or_file):
+            raise click.ClickException(
+                f"{session_or_file}: no such file, and no store of config {config!r} "
+                f"(stores: {', '.join(cfg.plugins.stores) or 'none'}) holds a session of that name"
+            )
         if stored is None:
             raise click.ClickException(
                 f"no records for session {session_or_file!r}: no store of config {config!r} "
