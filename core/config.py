@@ -191,13 +191,18 @@ price table."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of two equal keys without a word; a config with one is an error."""
+    """PyYAML keeps the last of two equal keys without a word; a config with one is an error. A
+    key written next to a merge key (``<<: *db``) overrides the merged one, as YAML means it."""
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
+    for key_node, _ in node.value:  # the keys written here, before the merged ones are copied in
+        if key_node.tag == _MERGE_TAG:
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
@@ -207,6 +212,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
                 key_node.start_mark,
             )
         seen[key] = key_node.start_mark.line
+    loader.flatten_mapping(node)
     return loader.construct_mapping(node, deep=deep)
 
 

@@ -232,6 +232,25 @@ def test_a_duplicate_key_in_yaml_is_an_error(tmp_path):
     assert info.value.source == str(path)
 
 
+def test_a_yaml_merge_key_may_be_overridden_but_an_explicit_key_not_repeated(tmp_path, monkeypatch):
+    from progressive_compactor.validation import parse_yaml
+
+    monkeypatch.setenv("AGENTS_DB", "postgresql://agents:pw@db.internal:5432/agents")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(  # as docs/fleet.md shares one block, with one setting overridden
+        "plugins: {state: state-postgres, stores: [store-postgres]}\n"
+        "config:\n"
+        "  state-postgres: &db {dsn_env: AGENTS_DB, schema: compactor, timeout: 5}\n"
+        "  store-postgres: {<<: *db, timeout: 30}\n"
+    )
+    config = load_config(path)
+    assert config.plugin_block("store-postgres") == {"dsn_env": "AGENTS_DB", "schema": "compactor", "timeout": 30}
+    assert config.plugin_block("state-postgres")["timeout"] == 5
+    with pytest.raises(ConfigError, match=r"line 2.*duplicate key 'y' \(first on line 2\)"):
+        parse_yaml("a: &a {x: 1}\nb: {<<: *a, y: 2, y: 3}\n", "twice.yaml")
+    assert parse_yaml("a: &a {x: 1}\nb: &b {y: 1}\nc: {<<: [*a, *b], x: 2}\n", "ok.yaml")["c"] == {"x": 2, "y": 1}
+
+
 def test_a_duplicate_key_inside_a_plugin_block_is_an_error_too(tmp_path):
     path = tmp_path / "twice.yaml"
     path.write_text("config:\n  offload-files:\n    preview_lines: 3\n    preview_lines: 4\n")
