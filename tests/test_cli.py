@@ -224,6 +224,17 @@ def test_compact_reads_json_array_and_stdin_alike(tmp_path: Path, cfg: Path, ses
     assert views[0] == views[1] == views[2]  # the same view, handles aside (they name the session)
 
 
+def test_stdin_that_is_not_utf8_is_refused_as_a_file_is(tmp_path: Path, cfg: Path) -> None:
+    latin1 = json.dumps({"role": "user", "content": "café"}, ensure_ascii=False).encode("latin-1") + b"\n"
+    (tmp_path / "latin1.jsonl").write_bytes(latin1)
+    from_file = one_error_line(run("compact", tmp_path / "latin1.jsonl", "-c", cfg))
+    assert from_file == f"error: {tmp_path / 'latin1.jsonl'}: not UTF-8 text (byte 32)"
+    from_stdin = runner().invoke(main, ["compact", "-", "-c", str(cfg)], input=latin1)
+    assert one_error_line(from_stdin) == "error: -: not UTF-8 text (byte 32)"
+    crlf = runner().invoke(main, ["compact", "-", "-c", str(cfg)], input=latin1.decode("latin-1").encode() + b"\r\n")
+    assert crlf.exit_code == 0 and json.loads(crlf.stdout)["content"] == "café"
+
+
 def test_compact_json_and_output_file(tmp_path: Path, cfg: Path, session: Path) -> None:
     out = tmp_path / "view.json"
     result = run("compact", session, "-c", cfg, "--json", "-o", out)

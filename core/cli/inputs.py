@@ -17,9 +17,19 @@ from ..errors import InvalidMessagesError
 
 
 def read_text(source: str, what: str = "file") -> str:
-    """Text of ``source`` (``-`` is stdin); every way of failing becomes one readable line."""
+    """Text of ``source`` (``-`` is stdin); every way of failing becomes one readable line. Both
+    are read as strict UTF-8 with universal newlines (stdin's own text layer would let a stray
+    byte through as a lone surrogate)."""
     if source == "-":
-        return sys.stdin.read()
+        data = (
+            sys.stdin.buffer.read()
+            if hasattr(sys.stdin, "buffer")
+            else sys.stdin.read().encode("utf-8", "surrogateescape")
+        )
+        try:
+            return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        except UnicodeDecodeError as exc:
+            raise click.ClickException(f"{source}: not UTF-8 text (byte {exc.start})") from None
     path = Path(source)
     try:
         return path.read_text("utf-8")
