@@ -188,11 +188,12 @@ def _scan_entry_points() -> dict[str, PluginInfo]:
 
 
 def load_plugin_object(info: PluginInfo) -> Any:
-    """Import the entry point's target; a failure names the plugin and its distribution."""
+    """Import the entry point's target; a failure names the plugin and its distribution (a
+    module that calls ``sys.exit()`` as it is imported included: it must not end the program)."""
     ep = metadata.EntryPoint(name=info.name, value=info.value, group=GROUP)
     try:
         return ep.load()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise PluginError(
             f"plugin {info.name!r} from distribution {info.distribution or '?'} failed to import: "
             f"{type(exc).__name__}: {exc}",

@@ -668,6 +668,23 @@ def test_a_plugin_whose_close_raises_loses_no_view_and_is_a_config_problem(
     )
 
 
+def test_a_plugin_that_exits_at_import_takes_no_command_down(
+    tmp_path: Path, cfg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_plugins(monkeypatch, tmp_path, "import sys\nsys.exit('plugin exits at import')\n", exit_import="Plugin")
+    result = run("plugins", "-c", cfg, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert rows["exit-import"]["error"] == "failed to import: SystemExit: plugin exits at import"
+    config = write_config(tmp_path, plugins={"extra": ["exit-import"]})
+    checked = run("config", "check", config)
+    assert checked.exit_code == 1
+    assert checked.stdout == (
+        f"{config}: plugin 'exit-import' from distribution fake-dist failed to import: SystemExit: plugin exits"
+        " at import @ $.plugins\n"
+    )
+
+
 # --- config -----------------------------------------------------------------------------------
 
 

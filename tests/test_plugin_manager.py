@@ -108,6 +108,18 @@ def test_a_plugin_that_fails_to_import_is_named_with_its_distribution(make_compa
     assert isinstance(raised.value.__cause__, ModuleNotFoundError)
 
 
+def test_a_plugin_that_exits_at_import_is_an_import_failure_like_any_other(make_compactor, fake_plugins):
+    fake_plugins("exit-import", "import sys\nsys.exit('plugin exits at import')\n", distribution="acme")
+    with pytest.raises(ConfigError) as info:
+        make_compactor(plugins={"extra": ["exit-import"]})
+    assert info.value.problems == [
+        "plugin 'exit-import' from distribution acme failed to import: SystemExit: plugin exits at import @ $.plugins"
+    ]
+    with pytest.raises(PluginError) as raised:
+        plugin_manager.load_plugin_object(plugin_manager.installed_plugins()["exit-import"])
+    assert isinstance(raised.value.__cause__, SystemExit)
+
+
 def test_a_plugin_that_fails_to_start_is_named(make_compactor, fake_plugins):
     fake_plugins(
         "grumpy",
