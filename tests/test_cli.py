@@ -463,6 +463,28 @@ def test_replay_leaves_nothing_behind_without_keep(tmp_path: Path, session: Path
     assert list(work.iterdir()) == [] and not (tmp_path / "home").exists()
 
 
+def test_a_closed_output_pipe_ends_every_command_alike_silently(tmp_path: Path, cfg: Path, session: Path) -> None:
+    """``compactor ... | head -1``: the reader is gone before the command writes; each command
+    stops, exit status 0, nothing on stderr."""
+    assert run("compact", session, "-c", cfg).exit_code == 0  # records for 'records'
+    exe = Path(sys.executable).with_name("compactor")
+    env = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}
+    for args in (
+        ["replay", session, "-c", cfg],
+        ["records", "sess", "-c", cfg],
+        ["plugins", "-c", cfg],
+        ["compact", session, "-c", cfg, "-s", "other"],
+        ["config", "show", cfg],
+    ):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone
+        done = subprocess.run(
+            [str(exe), *map(str, args)], stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=120
+        )
+        os.close(write)
+        assert (done.returncode, done.stderr) == (0, ""), args
+
+
 @pytest.mark.corpus
 def test_replay_corpus_subprocess(tmp_path: Path, cfg: Path) -> None:
     source = corpus_file()

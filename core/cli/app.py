@@ -2,7 +2,8 @@
 
 Conventions, the same on every command: ``--json`` prints machine-readable output instead of
 tables; an error is one line on stderr (``error: ...``) and a non-zero exit status (1, or 2 for a
-usage mistake), with the traceback only under ``--debug``; no colour when ``NO_COLOR`` is set or
+usage mistake), with the traceback only under ``--debug``; output whose reader is gone
+(``compactor ... | head -1``) ends the command silently, exit status 0; no colour when ``NO_COLOR`` is set or
 output is not a terminal; every ``--help`` ends with an example.
 
 Commands are thin: each calls the library's own API (``ProgressiveCompactor``, the config loader,
@@ -68,6 +69,10 @@ def global_options_first(args: list[str]) -> list[str]:
     return [*flags, *(a for a in args[:end] if a not in GLOBAL_FLAGS), *args[end:]]
 
 
+class _OutputClosed(Exception):
+    """A command's output pipe was closed by its reader."""
+
+
 class CompactorGroup(click.Group):
     """The root group: one-line errors, ``--debug`` tracebacks."""
 
@@ -80,6 +85,7 @@ class CompactorGroup(click.Group):
         try:
             result = super().main(args, prog_name or "compactor", *a, standalone_mode=False, **kw)  # type: ignore[call-overload]
             code = result if isinstance(result, int) else 0
+            sys.stdout.flush()  # what is still buffered: a closed pipe shows here, if not before
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "compactor"
             self._fail(f"{exc.format_message()} (see '{where} --help')")
@@ -90,6 +96,9 @@ class CompactorGroup(click.Group):
         except click.Abort:
             self._fail("interrupted")
             code = 130
+        except (_OutputClosed, BrokenPipeError):  # the reader of the output is gone (| head): done
+            _discard_stdout()
+            code = 0
         except CompactorError as exc:
             self._fail(str(exc), exc)
             code = 1
@@ -104,10 +113,27 @@ class CompactorGroup(click.Group):
             return code
         sys.exit(code)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # raised past click, which would exit 1 without a word
+            raise _OutputClosed from None
+
     def _fail(self, message: str, exc: BaseException | None = None) -> None:
         if self.debug and exc is not None:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         sys.stderr.write(f"error: {one_line(message)}\n")
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that what is still buffered for a closed pipe does not
+    fail again when Python flushes it at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test runner's): nothing to flush
+        pass
 
 
 @click.group(cls=CompactorGroup, context_settings=CONTEXT)

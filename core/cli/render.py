@@ -17,6 +17,7 @@ it still pastes as one command.
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import sys
@@ -54,6 +55,16 @@ def is_tty(stream: IO[str]) -> bool:
         return False
 
 
+class _Console(Console):
+    """A console whose output, once closed (``compactor ... | head -1``), raises
+    :class:`BrokenPipeError` for the command group to end the command as it ends any other (rich's
+    own handler exits 1 without a word)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def make_console(stream: IO[str] | None = None, *, stderr: bool = False) -> Console:
     """A console on ``stream`` (default: the current stdout or stderr, looked up at call time).
 
@@ -63,9 +74,9 @@ def make_console(stream: IO[str] | None = None, *, stderr: bool = False) -> Cons
     """
     stream = stream or (sys.stderr if stderr else sys.stdout)
     if is_tty(stream):
-        return Console(file=stream, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+        return _Console(file=stream, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
     width = int(os.environ.get("COLUMNS", "0") or 0) or 120
-    return Console(file=stream, force_terminal=False, color_system=None, no_color=True, highlight=False, width=width)
+    return _Console(file=stream, force_terminal=False, color_system=None, no_color=True, highlight=False, width=width)
 
 
 # --- tables that fit --------------------------------------------------------------------------
