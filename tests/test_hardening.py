@@ -380,6 +380,17 @@ def test_many_workers_on_one_state_folder_never_send_an_invalid_view(make_compac
     assert failures == []
 
 
+def with_a_big_result() -> list[dict]:
+    """A short history with one result large enough for Warn to offload."""
+    return [
+        {"role": "user", "content": "go"},
+        *filler_turns("x", 3),
+        call("big"),
+        result("big", PASSED),
+        *filler_turns("y", 4),
+    ]
+
+
 class NeverSaves:
     """A state store whose compare-and-set always loses (another worker always saved first)."""
 
@@ -400,8 +411,7 @@ def test_a_turn_that_never_wins_its_save_still_sends_a_valid_view_and_says_so(ma
     from progressive_compactor.compactor import SAVE_ATTEMPTS
 
     store = NeverSaves()
-    history = [{"role": "user", "content": "go"}] + filler_turns("x", 3)
-    history += [call("big"), result("big", PASSED)] + filler_turns("y", 4)
+    history = with_a_big_result()
     compactor, _ = warn_compactor(make_compactor, plugins={"state": "never"}, extra_plugins=[("never", store)])
     view, record = compactor.compact_with_record(history)
     assert store.attempts == SAVE_ATTEMPTS
@@ -430,8 +440,7 @@ class LosesTheFirstAnswer:
 
 def test_a_turn_whose_save_was_done_but_answered_as_lost_records_what_it_offloaded(make_compactor):
     store = LosesTheFirstAnswer()
-    history = [{"role": "user", "content": "go"}] + filler_turns("x", 3)
-    history += [call("big"), result("big", PASSED)] + filler_turns("y", 4)
+    history = with_a_big_result()
     compactor, _ = warn_compactor(make_compactor, plugins={"state": "lossy"}, extra_plugins=[("lossy", store)])
     view, record = compactor.compact_with_record(history)
     offloaded = [entry.handle for entry in store.states["test-session"].offloaded.values()]
