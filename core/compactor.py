@@ -193,10 +193,17 @@ class ProgressiveCompactor:
         self.hooks.close()
 
     async def aclose(self) -> None:
-        for _, plugin in self.pm.list_name_plugin():
+        """Close every plugin, awaiting the ``aclose()`` of those that have one; one that raises
+        is logged as a warning and the others are closed all the same."""
+        for name, plugin in self.pm.list_name_plugin():
             closer = getattr(plugin, "aclose", None)
             if callable(closer):
-                await closer()
+                try:
+                    await closer()
+                except Exception as exc:  # noqa: BLE001 - one plugin's failure must not leak the others
+                    log.warning(
+                        "aclose of plugin %s failed: %s", name, self.secrets.redact(f"{type(exc).__name__}: {exc}")
+                    )
         self.close()
 
     def __enter__(self) -> ProgressiveCompactor:

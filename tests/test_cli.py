@@ -979,6 +979,7 @@ def test_packages_add_commands_and_a_broken_one_does_not_take_the_cli_down(
         "utf-8",
     )
     (tmp_path / "fake_cli_broken.py").write_text("raise RuntimeError('boom at import')\n", "utf-8")
+    (tmp_path / "fake_cli_exits.py").write_text("import sys\nsys.exit('no licence found')\n", "utf-8")
     (tmp_path / "fake_cli_raises.py").write_text(
         "from progressive_compactor import hookimpl\n"
         "@hookimpl\n"
@@ -987,17 +988,19 @@ def test_packages_add_commands_and_a_broken_one_does_not_take_the_cli_down(
         "utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    eps = [metadata.EntryPoint(n, f"fake_cli_{n}", CLI_GROUP) for n in ("ok", "broken", "raises")]
+    eps = [metadata.EntryPoint(n, f"fake_cli_{n}", CLI_GROUP) for n in ("ok", "broken", "raises", "exits")]
     monkeypatch.setattr(cli_mod.metadata, "entry_points", lambda group: eps if group == CLI_GROUP else [])
     group = cli_mod.CompactorGroup("compactor", context_settings=cli_mod.CONTEXT)
     monkeypatch.setattr(cli_mod, "cli", group)
     cli_mod._add_plugin_commands()
-    assert set(group.commands) == {"hello", "broken", "raises"}
+    assert set(group.commands) == {"hello", "broken", "raises", "exits"}
     assert runner().invoke(group, ["hello"]).stdout == "hello ran\n"
     broken = runner().invoke(group, ["broken"])
     assert one_error_line(broken) == "error: the 'broken' command failed to load: RuntimeError: boom at import"
     raises = runner().invoke(group, ["raises"])
     assert one_error_line(raises) == "error: the 'raises' command failed to load: ValueError: no room"
+    exits = runner().invoke(group, ["exits"])
+    assert one_error_line(exits) == "error: the 'exits' command failed to load: SystemExit: no licence found"
 
 
 def test_replay_many_sessions_one_row_each_with_totals(tmp_path: Path, cfg: Path, session: Path) -> None:

@@ -178,6 +178,33 @@ def test_a_plugin_whose_close_raises_is_named_and_the_others_are_closed_all_the_
     assert sys.modules[module].closed == ["notes", "notes"]
 
 
+def test_a_plugin_whose_aclose_raises_is_named_and_the_others_are_closed_all_the_same(make_compactor, caplog):
+    import asyncio
+
+    closed = []
+
+    class Raises:
+        @hookimpl
+        def persist_record(self, record):
+            pass
+
+        async def aclose(self):
+            raise RuntimeError("aclose boom")
+
+    class Notes(Raises):
+        async def aclose(self):
+            closed.append("aclose")
+
+        def close(self):
+            closed.append("close")
+
+    compactor = make_compactor(extra_plugins=[("raises", Raises()), ("notes", Notes())])
+    with caplog.at_level("WARNING", logger="progressive_compactor"):
+        asyncio.run(compactor.aclose())  # raises nothing
+    assert closed == ["aclose", "close"]
+    assert "aclose of plugin raises failed: RuntimeError: aclose boom" in caplog.text
+
+
 def test_unselected_plugins_are_never_imported(make_compactor, fake_plugins):
     module = fake_plugins("trap", "raise RuntimeError('imported although not selected')\n")
     make_compactor()

@@ -279,7 +279,7 @@ def _add_plugin_commands() -> None:
     for ep in metadata.entry_points(group=hookspecs.GROUP):
         try:
             pm.register(ep.load(), name=ep.name)
-        except Exception as exc:  # noqa: BLE001 - a broken package must not take the CLI down
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken package must not take the CLI down
             cli.add_command(_broken_command(ep.name, exc))
     for impl in pm.hook.register_commands.get_hookimpls():
         try:
