@@ -119,7 +119,8 @@ WRONG = "S3cret-Passw0rd-91ab"
         (f"redis//:{WRONG}@cache:6379/0", "schemes (redis://, rediss://, unix://) in 'redis//:***@cache:6379/0'"),
         (f"http://:{WRONG}@cache:6379/0", "must specify one of the following schemes"),
         (f"redis://:{WRONG}@cache:99999/0", "Port out of range 0-65535 in 'redis://:***@cache:99999/0'"),
-        (f"redis://:{WRONG}@cache:6379x/0", "Port could not be cast to integer value as '6379x'"),
+        (f"redis://:{WRONG}@cache:6379x/0", "Port could not be cast to integer value as '...' in 'redis://:***@cache"),
+        (f"redis://:{WRONG}/x@cache:6379/0", "Port could not be cast to integer value as '...'"),  # the password
         (f"redis://:{WRONG} x@cache:99999/0", "Port out of range 0-65535 in 'redis://:***@cache:99999/0'"),
     ],
 )

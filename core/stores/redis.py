@@ -27,6 +27,7 @@ primary with replicas, or Sentinel), not Redis Cluster.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -60,8 +61,9 @@ def url_password(url: str) -> str | None:
 
     try:
         params = parse_url(url)
-    except ValueError as exc:
-        why = " ".join(f"{shown(str(exc), url)} in {shown(url, url)!r}".split())
+    except ValueError as exc:  # redis-py quotes what it could not read: a piece of a password, maybe
+        said = re.sub(r"'[^']*'", "'...'", str(exc))
+        why = " ".join(f"{shown(said, url)} in {shown(url, url)!r}".split())
         raise ValueError(f"is not a Redis URL: {why}; write it as {URL_SHAPE}") from None
     password = params.get("password")
     return str(password) if password else None
