@@ -47,6 +47,7 @@ from .models import (
 from .plugin_manager import Hooks
 from .redaction import SecretRegistry, redact_data
 from .session_cache import SessionCache
+from .tools import placeholder_handle
 from .usage import CorrectedHooks, corrected
 
 PLACEHOLDER_CHARS = 1700
@@ -349,10 +350,15 @@ class TierRunner:
         anchors, summary = self._fit(anchors, summary or "")
         covered = previous.covered + count
         handles = list(previous.dropped_handles)
-        for position in range(previous.covered, covered):
+        for i, position in enumerate(range(previous.covered, covered)):
             entry = previous.offloaded.get(str(position))
-            if entry is not None and entry.handle not in handles and entry.fingerprint == cache.fingerprint(position):
-                handles.append(entry.handle)
+            if entry is not None and entry.fingerprint == cache.fingerprint(position):
+                handle: str | None = entry.handle
+            else:  # a result offloaded as it arrived (offload_tool_result): its placeholder names it
+                m = work.uncovered[i]
+                handle = placeholder_handle(m.content) if m.role == "tool" and type(m.content) is str else None
+            if handle is not None and handle not in handles:
+                handles.append(handle)
         return attrs.evolve(  # summary and anchors are made of masked parts: the state's, the facts, the summary
             previous,
             summary=summary or None,

@@ -117,6 +117,17 @@ def placeholder(entry: OffloadEntry, text: str, preview_lines: int, preview_char
     )
 
 
+_PLACEHOLDER_HANDLE = re.compile(re.escape(PLACEHOLDER_PREFIX) + r": [^\n]*? Handle: ([^\]\n]+)\]")
+
+
+def placeholder_handle(text: str) -> str | None:
+    """The handle a placeholder (:func:`placeholder`) names, or None when ``text`` is none."""
+    if not text.startswith(PLACEHOLDER_PREFIX):
+        return None
+    match = _PLACEHOLDER_HANDLE.match(text)
+    return match.group(1) if match else None
+
+
 @attrs.frozen
 class OffloadText:
     """A tool result an offloader is to keep, as every built-in offloader reads it: the text with

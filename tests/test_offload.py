@@ -374,6 +374,23 @@ def test_session_add_tool_result_offloads_before_the_result_enters_the_history(m
 # --- reading back ------------------------------------------------------------------------------
 
 
+def test_results_offloaded_as_they_arrived_stay_listed_once_summarized(make_compactor):
+    """A result ``Session.add_tool_result`` offloaded is a placeholder in the history itself: once
+    the summary covers it, the compaction message and the listing still name its handle."""
+    session = Session(make_compactor(context_window=6000), "s")
+    session.append({"role": "user", "content": "Fix the bug in parser.py please"})
+    for i in range(16):
+        session.append(tool_turn(f"call_{i}", 0)[0])
+        session.add_tool_result(f"call_{i}", filler(12_000 if i % 2 == 0 else 3000, f"r{i}"))
+        view = session.view()
+    covered = session.compactor.state("s").covered
+    offloaded = [m["tool_call_id"] for m in session.history[:covered] if m["content"].startswith(PLACEHOLDER_PREFIX)]
+    assert len(offloaded) >= 3
+    listed = session.read_tool_call({"handle": "s/"}).splitlines()
+    assert listed == [f"s/{call_id}" for call_id in offloaded]
+    assert all(f"- {handle}" in compaction_message(view)["content"] for handle in listed)
+
+
 def test_handles_in_the_compaction_message_read_back_the_original(make_compactor):
     history = build_history([5000] * 10)
     compactor = make_compactor(context_window=window_for(history, 0.85))
