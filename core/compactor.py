@@ -135,9 +135,10 @@ class ProgressiveCompactor:
         comes back with a placeholder; anything else comes back unchanged. Fail-open: when writing
         fails the original comes back.
         """
+        sid = self._session_id(session_id)
         m = message_from_dict(message)
         try:
-            entry = self.hooks.offload(m, session_id or self.session_id, self.config.tool_result_threshold)
+            entry = self.hooks.offload(m, sid, self.config.tool_result_threshold)
         except Exception as exc:  # noqa: BLE001 - fail-open
             log.warning("offloading tool result %s failed: %s", m.tool_call_id, self.secrets.redact(str(exc)))
             return dict(message)
@@ -173,11 +174,11 @@ class ProgressiveCompactor:
 
     def state(self, session_id: str | None = None) -> SessionState:
         """The saved state of a session (an empty state for a new one)."""
-        return self.hooks.load_state(session_id or self.session_id) or SessionState()
+        return self.hooks.load_state(self._session_id(session_id)) or SessionState()
 
     def records(self, session_id: str | None = None) -> list[CompactionRecord] | None:
         """The stored records of a session, oldest first; None when no store can read them back."""
-        return self.hooks.read_records(session_id or self.session_id)
+        return self.hooks.read_records(self._session_id(session_id))
 
     def sessions(self) -> list[SessionInfo]:
         """Every session that a plugin keeps something for (offloads, records, state)."""
@@ -185,7 +186,7 @@ class ProgressiveCompactor:
 
     def delete_session(self, session_id: str | None = None) -> list[str]:
         """Delete a session everywhere (offloads, records, state); returns the errors, if any."""
-        sid = session_id or self.session_id
+        sid = self._session_id(session_id)
         self._memory.forget(sid)
         return self.hooks.on_delete_session(sid)
 

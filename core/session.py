@@ -24,7 +24,7 @@ from .tools import handle_read_tool_call
 class _SessionBase:
     def __init__(self, compactor: ProgressiveCompactor, session_id: str | None = None):
         self.compactor = compactor
-        self.session_id = session_id or compactor.session_id
+        self.session_id = compactor._session_id(session_id)  # None: the compactor's; "" is refused
         self.history: list[dict[str, Any]] = []
         self.records: list[CompactionRecord] = []
 

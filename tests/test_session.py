@@ -14,6 +14,7 @@ from progressive_compactor import (
     AsyncSession,
     CompactionRecord,
     CompactionTier,
+    CompactorError,
     OffloadEntry,
     Session,
     SessionState,
@@ -481,6 +482,25 @@ def test_a_state_plugin_lets_workers_share_a_session(make_compactor, history):
     assert view_b[: len(view_a)] == view_a
     worker_b.delete_session()
     assert "test-session" not in shared.states
+
+
+def test_an_empty_session_id_is_refused_by_every_method_never_taken_for_the_default(make_compactor):
+    compactor = make_compactor()
+    compactor.compact_force(build_history([5000] * 4))  # the default session has a state and records
+    kept = (compactor.state(), compactor.records())
+    big = {"role": "tool", "tool_call_id": "c1", "content": "z" * 20_000}
+    calls = [
+        lambda: compactor.compact(build_history([100]), ""),
+        lambda: compactor.offload_tool_result(big, ""),
+        lambda: compactor.state(""),
+        lambda: compactor.records(""),
+        lambda: compactor.delete_session(""),
+        lambda: Session(compactor, ""),
+    ]
+    for call in calls:
+        with pytest.raises(CompactorError, match="session_id must be a non-empty string"):
+            call()
+    assert (compactor.state(), compactor.records()) == kept and kept[1]
 
 
 # --- what a compactor keeps in memory --------------------------------------------------------------
