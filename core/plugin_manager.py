@@ -320,8 +320,9 @@ def get_plugin_manager(
 ) -> pluggy.PluginManager:
     """A fresh plugin manager for one checked config, loaded as the module docstring says.
 
-    ``extra_plugins`` are ``(name, object)`` pairs registered as they are: keyword options of
-    :class:`~progressive_compactor.ProgressiveCompactor`, and plugins not packaged (yet). Raises
+    ``extra_plugins`` are ``(name, object)`` pairs: keyword options of
+    :class:`~progressive_compactor.ProgressiveCompactor`, and plugins not packaged (yet), an
+    object registered as it is, a class started as an installed plugin's is. Raises
     :class:`ConfigError` with every plugin that could not start.
     """
     context = context or PluginContext(config)
@@ -344,10 +345,18 @@ def get_plugin_manager(
             problems.extend(exc.problems)
         except PluginError as exc:
             problems.append(f"{exc} @ $.config.{name}")
+    made = []
+    for name, obj in extra_plugins:  # a class is started as an installed one is, with its block
+        try:
+            made.append((name, instantiate(name, obj, config.plugin_block(name), context)))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        except PluginError as exc:
+            problems.append(f"{exc} @ $.config.{name}")
     if problems:
         problems += close_problems(pm)
         raise ConfigError(problems)
-    for name, obj in extra_plugins:
+    for name, obj in made:
         pm.register(obj, name=name)
     try:
         pm.check_pending()

@@ -205,6 +205,35 @@ def test_a_plugin_whose_aclose_raises_is_named_and_the_others_are_closed_all_the
     assert "aclose of plugin raises failed: RuntimeError: aclose boom" in caplog.text
 
 
+def test_a_plugin_class_in_extra_plugins_is_started_with_its_block_as_an_installed_one(make_compactor):
+    import attrs
+
+    from progressive_compactor import SummaryResult
+
+    class AcmeSummarizer:
+        @attrs.frozen
+        class Config:
+            prefix: str = "x"
+
+        def __init__(self, config):
+            self.config = config
+
+        @hookimpl
+        def summarize(self, request):
+            return SummaryResult(text=f"## User Intent\n{self.config.prefix}\n## Summary\ns", model="acme")
+
+    history = build_history([3000] * 12)
+    options = {"plugins": {"summarizer": "acme"}, "extra_plugins": [("acme", AcmeSummarizer)]}
+    compactor = make_compactor(
+        context_window=window_for(history, 0.85), config={"acme": {"prefix": "HELLO"}}, **options
+    )
+    view, record = compactor.compact_with_record(history)
+    assert isinstance(compactor.pm.get_plugin("acme"), AcmeSummarizer) and not record.fallback
+    assert "HELLO" in record.anchors[0].content
+    with pytest.raises(ConfigError, match=r"prefix"):
+        make_compactor(config={"acme": {"prefix": 3}}, **options)
+
+
 def test_unselected_plugins_are_never_imported(make_compactor, fake_plugins):
     module = fake_plugins("trap", "raise RuntimeError('imported although not selected')\n")
     make_compactor()
