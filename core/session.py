@@ -29,10 +29,11 @@ class _SessionBase:
         self.records: list[CompactionRecord] = []
 
     def append(self, *messages: Mapping[str, Any]) -> None:
-        """Add messages to the history; each is checked, none is ever changed afterwards."""
-        for m in messages:
-            message_from_dict(m, len(self.history))
-            self.history.append(dict(m))
+        """Add messages to the history; each is checked first (a bad one adds none of them), none
+        is ever changed afterwards."""
+        for i, m in enumerate(messages):
+            message_from_dict(m, len(self.history) + i)
+        self.history.extend(dict(m) for m in messages)
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> None:
         self.append(*messages)
@@ -74,8 +75,10 @@ class Session(_SessionBase):
         return view
 
     def compact_now(self) -> list[dict[str, Any]]:
-        """A manual ``/compact``: force the Emergency tier."""
-        return self.compactor.compact_force(self.history, self.session_id)
+        """A manual ``/compact``: force the Emergency tier (its record is the last one)."""
+        view, record = self.compactor._run_sync(self.history, self.session_id, force=True)
+        self.records.append(record)
+        return view
 
 
 class AsyncSession(_SessionBase):
@@ -85,4 +88,6 @@ class AsyncSession(_SessionBase):
         return view
 
     async def compact_now(self) -> list[dict[str, Any]]:
-        return await self.compactor.acompact_force(self.history, self.session_id)
+        view, record = await self.compactor._run_async(self.history, self.session_id, force=True)
+        self.records.append(record)
+        return view

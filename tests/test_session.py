@@ -227,6 +227,9 @@ def test_a_session_rejects_an_invalid_message_before_it_enters(make_compactor):
     with pytest.raises(Exception, match="role"):
         session.append({"role": "nobody", "content": "x"})
     assert session.history == []
+    with pytest.raises(Exception, match="message 1"):  # none of them enters: a retry adds each once
+        session.append({"role": "user", "content": "go"}, {"role": "tool", "content": "no call id"})
+    assert session.history == []
 
 
 def test_compact_now_forces_emergency(make_compactor, history):
@@ -234,6 +237,7 @@ def test_compact_now_forces_emergency(make_compactor, history):
     session.extend(history)
     view = session.compact_now()
     assert problems(view) == [] and len(view) <= len(history)
+    assert session.last_record.tier is CompactionTier.EMERGENCY and len(session.records) == 1
 
 
 def test_async_session(make_compactor, history):
@@ -245,7 +249,7 @@ def test_async_session(make_compactor, history):
         return session, view, forced
 
     session, view, forced = asyncio.run(run())
-    assert session.last_record.tier is CompactionTier.FULL
+    assert [r.tier for r in session.records] == [CompactionTier.FULL, CompactionTier.EMERGENCY]
     assert problems(view) == [] and problems(forced) == []
 
 
