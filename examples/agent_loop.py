@@ -84,8 +84,9 @@ session.append(
 )
 while True:
     view = session.view()  # the compacted view: send this to the LLM
-    if session.last_record.tier:  # this call compacted: say what it did
-        print(session.last_record.summary())
+    record = session.last_record  # the record of that call
+    if record and record.tier:  # this call compacted: say what it did
+        print(record.summary())
     reply = llm(view, tools=[*my_tools, READ_TOOL_RESULT_TOOL])
     session.append(reply)  # the history keeps everything
     if not reply.get("tool_calls"):
