@@ -100,6 +100,19 @@ def head_lines(text: str, count: int) -> list[str]:
     return lines
 
 
+_RARE_BREAK = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def line_count(text: str) -> int:
+    """How many lines ``text.splitlines()`` gives, the lines ``read_tool_result``'s
+    ``start_line`` and ``end_line`` count (``\r`` ends a line too: a progress bar's output),
+    without splitting a text that may be tens of megabytes."""
+    breaks = text.count("\n") + text.count("\r") - text.count("\r\n")
+    if _RARE_BREAK.search(text) is not None:
+        breaks += len(_RARE_BREAK.findall(text))
+    return breaks + (not _LINE_BREAK.match(text[-1:])) if text else 0
+
+
 def placeholder(entry: OffloadEntry, text: str, preview_lines: int, preview_chars: int) -> str:
     """What stands for an offloaded result in the view: its size, its handle, its first lines.
 
@@ -147,7 +160,7 @@ class OffloadText:
             handle=handle,
             path=path,
             chars=self.chars,
-            lines=self.text.count("\n") + 1,
+            lines=line_count(self.text),
             sha256=self.sha256,
         )
         return attrs.evolve(entry, placeholder=placeholder(entry, self.text, preview_lines, preview_chars))

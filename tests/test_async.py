@@ -122,7 +122,7 @@ def test_async_session_compacts_incrementally(fake, tmp_path):
     session, first, second, forced, after_first = asyncio.run(main())
     assert after_first == 1
     assert len(fake.requests) == 1  # neither the small step nor the forced compaction called the LLM
-    assert [r.tier for r in session.records] == [CompactionTier.FULL, CompactionTier.NONE]
+    assert [r.tier for r in session.records] == [CompactionTier.FULL, CompactionTier.NONE, CompactionTier.EMERGENCY]
     assert re.search("SESSION-MARKER-as", first[1]["content"])
     assert second[-1]["content"] == "Also run the linter."
     assert all(valid(v) for v in (first, second, forced))

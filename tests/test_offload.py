@@ -75,7 +75,7 @@ def test_one_file_per_result_with_a_preview_placeholder(tmp_path):
     assert Path(entry.path) == path
     assert path.read_bytes() == message.content.encode()
     assert entry.handle == "session-1/call_7"
-    assert entry.chars == 6000 and entry.lines == message.content.count("\n") + 1
+    assert entry.chars == 6000 and entry.lines == len(message.content.splitlines())
     lines = message.content.splitlines()
     assert entry.placeholder.startswith(f"{PLACEHOLDER_PREFIX}: 6000 characters")
     assert "\n".join(lines[:10]) in entry.placeholder  # a ten-line preview
@@ -400,6 +400,17 @@ def test_handles_in_the_compaction_message_read_back_the_original(make_compactor
         original = next(m["content"] for m in history if m.get("tool_call_id") == entry.tool_call_id)
         assert compactor.read_tool_result(entry.handle) == original
         assert Path(entry.path).read_bytes() == original.encode()
+
+
+def test_the_lines_a_placeholder_counts_are_the_lines_a_read_addresses(make_compactor):
+    """Progress output ends its lines with a carriage return: the count the placeholder gives and
+    the line numbers ``read_tool_result`` takes follow one rule."""
+    compactor = make_compactor()
+    text = "Build OK\r\nDownloading 0%\rDownloading 50%\rDownloading 100%\n" + "log line\n" * 1200 + "FAILED: test_save"
+    stored = compactor.offload_tool_result({"role": "tool", "tool_call_id": "c1", "content": text})
+    count = int(stored["content"].split(" lines.")[0].rsplit(" ", 1)[1])
+    assert compactor.read_tool_result("test-session/c1", (count, count)) == "FAILED: test_save"
+    assert compactor.read_tool_result("test-session/c1", (2, 2)) == "Downloading 0%"
 
 
 def test_read_tool_result_by_lines_and_errors(make_compactor):
