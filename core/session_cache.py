@@ -340,8 +340,14 @@ class SessionCache:
         covers = self.request_index is not None and state.covered > self.request_index
         if not (self.pin_request and covers and self.first_request):
             return None
-        if self._pinned is None:
-            message = Message(role="user", content=self._request_content(self.first_request))
+        if self._pinned is None:  # the request's own name and keys kept (a speaker's name, cache_control)
+            original = self.settled[self.request_index] if self.request_index is not None else None
+            message = Message(
+                role="user",
+                content=self._request_content(self.first_request),
+                name=original.name if original is not None else None,
+                extra=original.extra if original is not None else {},
+            )
             self._pinned = (message, message_to_dict(message), self.estimate([message])[0])
         return self._pinned[0]
 

@@ -422,6 +422,13 @@ def test_a_second_system_message_is_not_taken_for_the_request(make_compactor, ra
         assert view[1] == {"role": "user", "content": request}
 
 
+def test_a_request_is_pinned_with_its_name_and_its_other_keys(make_compactor):
+    history = build_history([5000] * 10)
+    history[1] = {**history[1], "name": "alice", "cache_control": {"type": "ephemeral"}}
+    view, record = make_compactor("default", context_window=window_for(history, 0.85)).compact_with_record(history)
+    assert record.tier is CompactionTier.FULL and view[1] == history[1]
+
+
 def test_a_request_with_an_image_is_pinned_with_its_image(make_compactor):
     parts = [
         {"type": "text", "text": "Make the page look like this mockup."},
