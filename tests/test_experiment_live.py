@@ -278,3 +278,29 @@ def test_live_records_price_the_summarizer_as_a_replay_does(tmp_path):
     assert [(r.summarizer_tokens_in, r.summarizer_tokens_out) for r in summarized] == [
         (r.summarizer_tokens_in, r.summarizer_tokens_out) for r in live
     ]
+
+
+def test_live_records_count_cached_summarizer_input_per_session_as_a_replay_does(tmp_path):
+    """A cache-friendly summary request repeats the view: live records count the part the
+    provider cached on the session's previous call, as a replay does, with sessions interleaved."""
+    from progressive_compactor.lab.replay import replay_session
+
+    experiment = load_experiment(experiment_file(tmp_path, "trial", (1.0, 0.0)))
+    experiment = experiment.with_overrides(summary_requests="cache-friendly")
+    histories = {}
+    for sid, size in (("first", 2000), ("second", 1200)):
+        histories[sid] = build_history([size] * 10, id_prefix=f"{sid}_")
+        histories[sid].append({"role": "assistant", "content": "Done."})
+    with ExperimentCompactor(experiment) as compactor:  # the two sessions' turns alternate
+        for end in range(2, len(histories["first"]), 2):
+            for sid, history in histories.items():
+                compactor.compact_with_record(history[:end], sid)
+    for sid, history in histories.items():
+        live = [r for r in records_of(tmp_path, sid) if r.summarizer_calls]
+        with ProgressiveCompactor(experiment.variant("wide").config, data_dir=str(tmp_path / sid)) as plain:
+            replayed = [t.record for t in replay_session(history, plain, sid).turns if t.summarizer_calls]
+        counts = [(r.summarizer_tokens_in, r.summarizer_tokens_in_cached, r.summarizer_tokens_out) for r in live]
+        assert counts == [
+            (r.summarizer_tokens_in, r.summarizer_tokens_in_cached, r.summarizer_tokens_out) for r in replayed
+        ]
+        assert live and all(0 < r.summarizer_tokens_in_cached < r.summarizer_tokens_in for r in live), sid

@@ -42,6 +42,7 @@ from ..messages import message_from_dict, messages_from_dicts, view_problems
 from ..models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
 from ..notice import changed_view
 from ..pricing import Cost, PriceTable, call_cost
+from ..session_memory import RecentlyUsed
 
 METER_NAME = "replay-meter"
 
@@ -142,16 +143,20 @@ class ReplayResult:
 class SummarizerMeter:
     """A hook wrapper around ``summarize``: times every call and estimates its tokens.
 
-    Registered on the compactor's plugin manager by :func:`replay_session`. It changes nothing
-    the summarizer returns but the token counts a summarizer did not report: those are filled in
-    with the estimates, so that the record of the turn carries them, and a replay's records price
-    exactly as the replay does (``compactor ab report`` on them agrees with ``ab replay``).
+    Registered on the compactor's plugin manager by :func:`replay_session` (and by
+    :class:`~progressive_compactor.lab.experiment.ExperimentCompactor` on each variant's). It
+    changes nothing the summarizer returns but the token counts a summarizer did not report: those
+    are filled in with the estimates, so that the record of the turn carries them, and a replay's
+    records price exactly as the replay does (``compactor ab report`` on them agrees with ``ab
+    replay``). A cache-friendly request's cached part is the view the session's previous call sent
+    (what a provider's cache holds), read from the session's last record: per session, since
+    sessions interleave in live traffic (the ``sessions`` most recent are kept).
     """
 
-    def __init__(self, estimate: Callable[[Sequence[Message]], list[int]]):
+    def __init__(self, estimate: Callable[[Sequence[Message]], list[int]], sessions: int = 1000):
         self.estimate = estimate
-        self.cached_prefix = 0
-        """Tokens of the view the previous call sent: what a provider's cache holds."""
+        self.previous_view: RecentlyUsed[int] = RecentlyUsed(sessions)
+        """Per session: tokens of the view its previous call sent."""
         self.reset()
 
     def reset(self) -> None:
@@ -172,6 +177,14 @@ class SummarizerMeter:
             self.calls += 1
         return result
 
+    @hookimpl
+    def persist_record(self, record: CompactionRecord) -> None:
+        self.previous_view.put(record.session_id, record.tokens_after)
+
+    @hookimpl
+    def on_delete_session(self, session_id: str) -> None:
+        self.previous_view.pop(session_id)
+
     def _count(self, request: SummaryRequest, result: Any) -> Any:
         """Add what ``request`` would be billed for to the totals. A result without the
         provider's counts gets these estimates, so its record carries what the replay bills."""
@@ -181,7 +194,7 @@ class SummarizerMeter:
             view = sum(self.estimate(request.view))
             instruction = self.estimate([Message(role="user", content=build_instruction(request, delta=delta))])[0]
             tokens_in = view + instruction
-            cached = min(self.cached_prefix, view)
+            cached = min(self.previous_view.get(request.session_id) or 0, view)
         else:
             prompt = build_prompt(request, delta=delta)
             tokens_in = self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
@@ -204,7 +217,7 @@ class SummarizerMeter:
 def _meter(compactor: Any) -> SummarizerMeter:
     meter = compactor.pm.get_plugin(METER_NAME)
     if meter is None:
-        meter = SummarizerMeter(compactor.hooks.estimate_tokens)
+        meter = SummarizerMeter(compactor.hooks.estimate_tokens, compactor.config.cached_sessions)
         compactor.pm.register(meter, name=METER_NAME)
     return meter
 
@@ -287,7 +300,6 @@ def replay_session(
                 summarizer_tokens_in_cached=s_cached,
             ),
         )
-        meter.cached_prefix = view_tokens
         turns.append(turn)
         final_view, final_end = view, i
         if on_turn is not None:
