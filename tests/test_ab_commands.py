@@ -56,7 +56,12 @@ def test_replay_and_records_agree_to_the_cent(tmp_path):
     assert replayed["prices"]["input"] == 3.0 and replayed["prices"]["summarizer_output"] == 15.0
     # the summarizer is part of the cost on both sides
     assert all(value > 0 for value in per_session(replayed, "summarizer_tokens").values())
-    assert sorted(p.name for p in records.iterdir()) == ["cache-aware", "default", "one-threshold"]
+    assert sorted(p.name for p in records.iterdir()) == [
+        ".ab-replay-folders",
+        "cache-aware",
+        "default",
+        "one-threshold",
+    ]
     reported = run_json("ab", "report", records, "-e", "ab-example")
     assert reported["cost_covers_every_turn"] is True and reported["duplicates_ignored"] == 0
     assert_agree(replayed, reported)
@@ -114,6 +119,47 @@ def test_a_rerun_into_the_same_records_folder_does_not_double_costs(tmp_path):
     assert mixed["excluded_several_runs"] == ["date-bug-a"]
     # left out under every variant, so that the variants are still compared on the same sessions
     assert mixed["sessions"] == {"default": 1, "cache-aware": 1, "one-threshold": 1}
+
+
+def test_a_rerun_replaces_every_record_an_earlier_run_left_and_nothing_else(tmp_path):
+    records = tmp_path / "records"
+    (records / "notes").mkdir(parents=True)
+    (records / "notes" / "mine.jsonl").write_text("{}\n", "utf-8")  # someone else's: kept
+    (records / "README").write_text("mine", "utf-8")
+    run_json("ab", "replay", EXAMPLES, "-e", "ab-example", "-w", "64000", "--workers", "1", "--records-dir", records)
+    # the second run: another window, fewer sessions, one variant fewer
+    fewer = tmp_path / "fewer.yaml"
+    fewer.write_text(
+        "experiment:\n  control: default\n  variants:\n    default: {config: default}\n"
+        "    cache-aware: {config: cache-aware}\n",
+        "utf-8",
+    )
+    args = ("-w", "16000", "--workers", "1", "--limit", "1", "--records-dir", records)
+    second = run_json("ab", "replay", EXAMPLES, "-e", fewer, *args)
+    folders = [".ab-replay-folders", "README", "cache-aware", "default", "notes"]
+    assert sorted(p.name for p in records.iterdir()) == folders
+    assert (records / "notes" / "mine.jsonl").read_text("utf-8") == "{}\n"
+    assert sorted(p.name for p in (records / "default").iterdir()) == ["date-bug-a.jsonl"]
+    (records / "notes" / "mine.jsonl").unlink()  # not records: ab report would choke on it
+    reported = run_json("ab", "report", records, "-e", fewer)
+    assert reported["sessions"] == {"default": 1, "cache-aware": 1}
+    assert_agree(second, reported)
+
+
+def test_a_report_says_when_records_of_different_windows_are_compared(tmp_path):
+    records, other = tmp_path / "records", tmp_path / "other"
+    args = ("ab", "replay", EXAMPLES, "-e", "ab-example", "--workers", "1", "--limit", "2")
+    run_json(*args, "-w", "16000", "--records-dir", records)
+    same = run_json("ab", "report", records, "-e", "ab-example")
+    assert same["context_windows"] == [16000]
+    run_json("ab", "replay", EXAMPLES, "-e", "ab-example", "-w", "64000", "--workers", "1", "--records-dir", other)
+    shutil.copy(other / "default" / "date-bug-c.jsonl", records / "default")
+    mixed = run_json("ab", "report", records, "-e", "ab-example")
+    assert mixed["context_windows"] == [16000, 64000]
+    text = run("ab", "report", records, "-e", "ab-example", columns=100)
+    assert "warning: the records compared were written at different context windows (16,000 and 64,000 " in (
+        " ".join(text.stdout.split())
+    )
 
 
 def write_live_records(tmp_path: Path, sessions: int = 8) -> Path:

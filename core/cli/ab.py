@@ -67,6 +67,35 @@ def _keep_records(source: Path, records_dir: Path, variant: str) -> None:
             write_private(target / file.name, data, records_dir)
 
 
+RUN_FOLDERS = ".ab-replay-folders"
+"""In a records folder: the variant folders the last run wrote (JSON list of names)."""
+
+
+def _clear_records(records_dir: Path, folders: Sequence[str]) -> None:
+    """Remove the record files (``*.jsonl``) an earlier run left in ``records_dir``: in the
+    variant folders its :data:`RUN_FOLDERS` names and in ``folders`` (this run's), each folder
+    removed when nothing else is left in it; then :data:`RUN_FOLDERS` names ``folders``. Nothing
+    else in ``records_dir`` is touched."""
+    from ..storage import made_by_safe_name, write_private
+
+    listed = records_dir / RUN_FOLDERS
+    try:
+        earlier = json.loads(listed.read_text("utf-8"))
+    except (OSError, ValueError):
+        earlier = []
+    names = [n for n in earlier if isinstance(n, str)] if isinstance(earlier, list) else []
+    for name in dict.fromkeys([*names, *folders]):
+        folder = records_dir / name
+        if not made_by_safe_name(name) or folder.is_symlink() or not folder.is_dir():
+            continue  # never a path out of records_dir
+        for file in folder.glob("*.jsonl"):
+            if file.is_file() and not file.is_symlink():
+                file.unlink()
+        if name not in folders and not any(folder.iterdir()):
+            folder.rmdir()
+    write_private(listed, json.dumps(list(folders)).encode("utf-8"), records_dir)
+
+
 def run_experiment(
     experiment: Any,
     files: list[Path],
@@ -78,8 +107,13 @@ def run_experiment(
     """Every session under every variant; ``{variant: {session: metrics}}``.
 
     ``progress(done, total)`` is called whenever a session has finished under all variants.
-    With ``workers`` > 1 the replays run in a process pool.
+    With ``workers`` > 1 the replays run in a process pool. With ``records_dir``, the run's
+    records replace every record an earlier run left there (:func:`_clear_records`).
     """
+    if records_dir:
+        from ..storage import safe_name
+
+        _clear_records(Path(records_dir), [safe_name(v.name) for v in experiment.variants])
     prices = experiment.prices
     jobs = [(str(f), f.stem, v.name, v.config, records_dir, prices) for f in files for v in experiment.variants]
     results: dict[str, dict[str, dict[str, float | None]]] = {v.name: {} for v in experiment.variants}
@@ -391,7 +425,8 @@ def ab() -> None:
 @click.option(
     "--records-dir",
     type=click.Path(file_okay=False),
-    help="Keep every turn's record here, one folder per variant (for 'compactor ab report'); a rerun replaces them.",
+    help="Keep every turn's record here, one folder per variant (for 'compactor ab report'); each run "
+    "replaces the records an earlier run left here.",
 )
 @_ALPHA
 @_EFFECT
@@ -510,9 +545,10 @@ def report_command(
     Cost is computed as 'ab replay' computes it, from the same record fields, with the
     experiment's prices (the defaults without -e; printed). Records are de-duplicated by id. A
     session whose records in one folder name two variants (its variant changed mid-session) is
-    left out and counted. Sessions seen under one variant only (live traffic) are compared by
-    Welch's t-test, with sample-size guidance and a warning when the comparison is underpowered.
-    Cost covers every turn only when tier-None turns were recorded (store-jsonl: {record_none: true}).
+    left out and counted; records of different context windows are compared with a warning.
+    Sessions seen under one variant only (live traffic) are compared by Welch's t-test, with
+    sample-size guidance and a warning when the comparison is underpowered. Cost covers every
+    turn only when tier-None turns were recorded (store-jsonl: {record_none: true}).
 
     \b
     Example: compactor ab report ab-records -e ab-example   (after: ab replay ... --records-dir ab-records)
@@ -547,10 +583,14 @@ def report_command(
         for r in recs
         if r.summarizer_calls and not (r.summarizer_tokens_in or r.summarizer_tokens_out)
     )
+    windows = sorted(
+        {r.context_window for sessions in grouped.sessions.values() for recs in sessions.values() for r in recs}
+    )
     if as_json:
         data = comparison_to_dict(comparison)
         data.update(
             records=grouped.records,
+            context_windows=windows,
             duplicates_ignored=grouped.duplicates,
             excluded_mixed_variants=list(grouped.mixed),
             excluded_several_runs=list(grouped.conflicting),
@@ -577,6 +617,13 @@ def report_command(
         notes.append(
             f"{len(grouped.conflicting)} sessions left out: recorded under one variant in several folders "
             f"(two runs?) ({_some(grouped.conflicting)})."
+        )
+    if len(windows) > 1:
+        *first, last = [f"{w:,}" for w in windows]
+        notes.append(
+            f"warning: the records compared were written at different context windows ({', '.join(first)} and "
+            f"{last} tokens): they mix runs or deployments under other settings, so the variants may not "
+            "be compared on equal terms."
         )
     if unpriced:
         notes.append(
