@@ -162,6 +162,28 @@ def test_a_report_says_when_records_of_different_windows_are_compared(tmp_path):
     )
 
 
+def test_a_session_without_an_llm_call_is_left_out_of_a_replay_as_of_its_records(tmp_path):
+    corpus, records = tmp_path / "corpus", tmp_path / "records"
+    corpus.mkdir()
+    talk = [
+        {"role": "user", "content": "Please write a poem about the sea and the sky."},
+        {"role": "assistant", "content": "The sea is blue."},
+        {"role": "user", "content": "Another one please, about the mountains."},
+        {"role": "assistant", "content": "Mountains are tall."},
+    ]
+    for name, messages in (("a", talk), ("b", talk[:1]), ("c", talk)):  # b: one user message, no call
+        (corpus / f"{name}.jsonl").write_text("".join(json.dumps(m) + "\n" for m in messages), "utf-8")
+    args = ("ab", "replay", corpus, "-e", "ab-example", "-w", "16000", "--workers", "1")
+    replayed = run_json(*args, "--records-dir", records)
+    assert replayed["sessions"] == {"default": 2, "cache-aware": 2, "one-threshold": 2}
+    assert replayed["sessions_without_calls"] == ["b"]
+    assert_agree(replayed, run_json("ab", "report", records, "-e", "ab-example"))
+    text = run(*args, columns=100)
+    out = " ".join(text.stdout.split())
+    assert "2 sessions replayed under each of 3 variants" in out
+    assert "1 sessions left out: no LLM call to replay (no assistant message after the first message) (b)." in out
+
+
 def write_live_records(tmp_path: Path, sessions: int = 8) -> Path:
     """Records of live traffic: each session on its one variant, every turn recorded."""
     path = tmp_path / "live.yaml"

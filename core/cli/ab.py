@@ -51,6 +51,7 @@ def replay_job(
     return {
         "session": session_id,
         "variant": variant,
+        "calls": len(result.turns),
         "metrics": metrics_from_replay(result, prices or config.pricing),
         "problems": list(result.invalid_view_problems),
     }
@@ -106,7 +107,9 @@ def run_experiment(
 ) -> dict[str, dict[str, dict[str, float | None]]]:
     """Every session under every variant; ``{variant: {session: metrics}}``.
 
-    ``progress(done, total)`` is called whenever a session has finished under all variants.
+    A session without an LLM call to replay (no assistant message after the first message) is
+    left out, as its records are: it has none. ``progress(done, total)`` is called whenever a
+    session has finished under all variants.
     With ``workers`` > 1 the replays run in a process pool. With ``records_dir``, the run's
     records replace every record an earlier run left there (:func:`_clear_records`).
     """
@@ -122,7 +125,8 @@ def run_experiment(
 
     def collect(out: dict[str, Any]) -> None:
         nonlocal done
-        results[out["variant"]][out["session"]] = out["metrics"]
+        if out["calls"]:
+            results[out["variant"]][out["session"]] = out["metrics"]
         remaining[out["session"]] -= 1
         if remaining[out["session"]] == 0:
             done += 1
@@ -496,6 +500,9 @@ def replay_command(
             )
         except CompactorError as exc:
             raise click.ClickException(str(exc)) from exc
+    without_calls = [f.stem for f in files if not any(f.stem in sessions for sessions in results.values())]
+    if len(without_calls) == len(files):
+        raise click.ClickException(f"{corpus_dir}: no session has an LLM call to replay (an assistant message)")
     relative = effect / 100
     comparison = compare(results, experiment.control, alpha=alpha, effect=relative)
     window = experiment.base.context_window
@@ -507,19 +514,28 @@ def replay_command(
             paired=comparison.paired,
             prices=_prices_dict(experiment.prices),
             cost_definition=_cost_definition(),
+            sessions_without_calls=without_calls,
             per_session=results,
         )
         click.echo(json.dumps(data, default=str))
         return
+    replayed = len(files) - len(without_calls)
     title = (
-        f"{experiment.name}: {len(files)} sessions replayed under each of {len(experiment.variants)} variants, "
+        f"{experiment.name}: {replayed} sessions replayed under each of {len(experiment.variants)} variants, "
         f"window {window:,} tokens"
     )
+    notes = []
+    if without_calls:
+        notes.append(
+            f"{len(without_calls)} sessions left out: no LLM call to replay (no assistant message after the "
+            f"first message) ({_some(without_calls)})."
+        )
     print_comparison(
         comparison,
         title=title,
         prices=experiment.prices,
         prices_source="the experiment's",
+        notes=notes,
     )
 
 
