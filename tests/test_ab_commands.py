@@ -313,6 +313,47 @@ def test_report_names_the_prices_it_used(tmp_path):
     assert data["prices"]["input"] == 1.5 and data["prices_source"] == "the experiment's"
 
 
+def test_the_printed_cost_definition_and_prices_are_the_ones_cost_is_computed_with(tmp_path):
+    """A cache-friendly summary request's cached input is billed at the summarizer's cached-input
+    price: the definition and the price line printed with every table say so."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "context_window: 16000\npricing: {summarizer_cached_input: 0.05}\n"
+        "experiment:\n  variants:\n    lean: {}\n    friendly: {overrides: {summary_requests: cache-friendly}}\n",
+        "utf-8",
+    )
+    records = tmp_path / "records"
+    args = ("ab", "replay", EXAMPLES, "-e", path, "--workers", "1")
+    data = run_json(*args, "--records-dir", records)
+    assert data["cost_definition"].startswith(
+        "per LLM call: uncached view tokens × input + cached prefix × cached input + uncached summarizer "
+        "tokens in × summarizer input + cached summarizer tokens in × summarizer cached input + summarizer "
+        "tokens out × summarizer output;"
+    )
+    p = data["prices"]
+    for file in (records / "friendly").glob("*.jsonl"):  # the cost, as the definition says
+        total, cached_summaries = 0.0, 0
+        for line in file.read_text("utf-8").splitlines():
+            r = json.loads(line)
+            cached = min(r["cache_stable_prefix_tokens"], r["tokens_after"])
+            s_cached = r["summarizer_tokens_in_cached"]
+            cached_summaries += s_cached
+            total += (
+                (r["tokens_after"] - cached) * p["input"]
+                + cached * p["cached_input"]
+                + (r["summarizer_tokens_in"] - s_cached) * p["summarizer_input"]
+                + s_cached * p["summarizer_cached_input"]
+                + r["summarizer_tokens_out"] * p["summarizer_output"]
+            ) / 1e6
+        assert data["per_session"]["friendly"][file.stem]["cost"] == pytest.approx(total, rel=1e-12)
+    assert cached_summaries > 0
+    out = " ".join(run(*args, columns=100).stdout.split())
+    assert "summarizer input 3.00, summarizer cached input 0.05, summarizer output 15.00." in out
+    assert f"Cost: {data['cost_definition']}." in out
+    default = " ".join(run("ab", "replay", EXAMPLES, "-e", "ab-example", "--limit", "1", columns=100).stdout.split())
+    assert "summarizer input 3.00, summarizer cached input 0.30, summarizer output 15.00." in default  # unset
+
+
 def test_a_report_leaves_out_sessions_whose_variant_changed_and_says_so(tmp_path):
     experiment = write_live_records(tmp_path, sessions=6)
     records = tmp_path / "data" / "records"

@@ -409,3 +409,13 @@ def test_report_of_a_corpus_session_at_16k(tmp_path: Path, cfg: Path) -> None:
     assert handle is not None and handle.group(2) == str(keep)
     shown = run("show", handle.group(1), "--data-dir", keep)
     assert shown.exit_code == 0 and len(shown.output) > 10_000
+
+
+def test_the_price_table_names_every_price_the_costs_use() -> None:
+    """A cache-friendly summary request's cached input has its own price (by default the cached
+    input's): the table shows it, as the costs charge it."""
+    from progressive_compactor.pricing import PriceTable
+
+    row = "<tr><th>summarizer input read from the prompt cache</th><td class=num>${}</td></tr>"
+    assert row.format("0.05") in report.price_table(PriceTable(summarizer_cached_input=0.05))
+    assert row.format("0.30") in report.price_table(PriceTable())

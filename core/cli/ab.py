@@ -316,10 +316,14 @@ def _guidance(comparison: Any) -> list[str]:
 
 
 def _prices_line(prices: Any, source: str) -> str:
+    summarizer_cached = (
+        prices.cached_input if prices.summarizer_cached_input is None else prices.summarizer_cached_input
+    )
     fields = [
         ("input", prices.input),
         ("cached input", prices.cached_input),
         ("summarizer input", prices.summarizer_input),
+        ("summarizer cached input", summarizer_cached),
         ("summarizer output", prices.summarizer_output),
     ]
     if prices.cache_write is not None:

@@ -35,7 +35,8 @@ Cost. Both comparisons (``compactor ab replay`` on recorded sessions, ``compacto
 records live traffic wrote) compute a session's cost the same way, from the same record fields, with
 the experiment's price table (:func:`record_cost`): for every LLM call, the uncached part of the
 view at the input price, the cached prefix at the cached-input price, and the summarizer's tokens
-in and out at the summarizer's prices. The agent's own answer is left out: it is unknown live, and
+in and out at the summarizer's prices (the part of a cache-friendly summary request's input that the
+provider cached at the summarizer's cached-input price). The agent's own answer is left out: it is unknown live, and
 on a replayed transcript it is the same under every variant. In a replay, a summarizer that reports
 no tokens (the offline one) has them estimated and written into the record
 (:class:`~progressive_compactor.lab.replay.SummarizerMeter`), and so does
@@ -441,9 +442,10 @@ class ExperimentCompactor(ProgressiveCompactor):
 DEFAULT_EFFECT = 0.10
 """The smallest difference in cost worth detecting (a share of the control's mean), unless told."""
 COST_DEFINITION = (
-    "per LLM call: uncached view tokens × input + cached prefix × cached input + summarizer tokens "
-    "in × summarizer input + out × summarizer output; the agent's own answer is left out (unknown "
-    "live, the same for every variant in a replay)"
+    "per LLM call: uncached view tokens × input + cached prefix × cached input + uncached summarizer "
+    "tokens in × summarizer input + cached summarizer tokens in × summarizer cached input + summarizer "
+    "tokens out × summarizer output; the agent's own answer is left out (unknown live, the same for "
+    "every variant in a replay)"
 )
 
 

@@ -875,6 +875,10 @@ def price_table(prices: PriceTable) -> str:
         ("input read from the prompt cache", prices.cached_input),
         ("output", prices.output),
         ("summarizer input", prices.summarizer_input),
+        (
+            "summarizer input read from the prompt cache",
+            prices.cached_input if prices.summarizer_cached_input is None else prices.summarizer_cached_input,
+        ),
         ("summarizer output", prices.summarizer_output),
     ]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td class=num>${v:,.2f}</td></tr>" for k, v in rows)
