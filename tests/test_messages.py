@@ -347,3 +347,149 @@ def test_from_anthropic_reads_block_lists_in_tool_results():
 def test_from_anthropic_rejects_other_roles():
     with pytest.raises(InvalidMessagesError, match="user or assistant"):
         from_anthropic([{"role": "system", "content": "x"}])
+
+
+PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+
+
+def image(source=PNG):
+    return {"type": "image", "source": source}
+
+
+def anthropic_tool_turn(thinking=True):
+    """An extended-thinking history: each assistant turn of a tool loop starts with signed thinking."""
+    think = [{"type": "thinking", "thinking": "I should call ls", "signature": "EqQBCkgIAR..."}] if thinking else []
+    return [
+        {"role": "user", "content": [{"type": "text", "text": "list the files"}]},
+        {
+            "role": "assistant",
+            "content": [*think, {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True, "content": "ls: permission denied"}
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                *([{"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}] if thinking else []),
+                {"type": "text", "text": "Retrying with sudo."},
+                {"type": "tool_use", "id": "toolu_2", "name": "bash", "input": {"cmd": "sudo ls"}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "a.py\nb.py"}]},
+    ]
+
+
+def test_anthropic_images_come_back_from_a_round_trip():
+    messages = [
+        {"role": "user", "content": [image(), {"type": "text", "text": "Describe it"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A red pixel."}]},
+        {"role": "user", "content": [image({"type": "url", "url": "https://example.com/cat.jpg"})]},
+    ]
+    out = from_anthropic(messages)
+    assert out[0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "text", "text": "Describe it"},
+    ]
+    assert out[2]["content"] == [{"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}}]
+    assert to_anthropic(out) == (None, messages)
+
+
+def test_to_anthropic_sends_image_url_parts_as_images():
+    history = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "low"}},
+            ],
+        }
+    ]
+    _, messages = to_anthropic(history)
+    jpeg = {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}
+    assert messages == [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image(jpeg)]}]
+
+
+def test_thinking_blocks_of_a_tool_turn_come_back_in_their_place():
+    """With extended thinking on, the Messages API answers 400 when the last assistant turn of a
+    tool loop comes back without its thinking blocks, unchanged."""
+    turn = anthropic_tool_turn()
+    out = from_anthropic(turn)
+    assert [text_of(message_from_dict(m)) for m in out] == ["list the files", "", "ls: permission denied"] + [
+        "Retrying with sudo.",
+        "a.py\nb.py",
+    ]
+    assert to_anthropic(out) == (None, turn)
+
+
+def test_is_error_of_a_tool_result_comes_back():
+    turn = anthropic_tool_turn(thinking=False)
+    _, back = to_anthropic(from_anthropic(turn))
+    assert back[2]["content"][0]["is_error"] is True
+    assert back == turn
+
+
+def test_blocks_openai_has_no_part_for_come_back_in_their_place():
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Hello"}}
+    messages = [
+        {"role": "user", "content": [document, {"type": "text", "text": "Summarize it"}, {"type": "new_kind", "x": 1}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "It says hello."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "And these?"},
+                {"type": "search_result", "source": "s", "title": "t", "content": []},
+                image({"type": "file", "file_id": "file_011"}),
+            ],
+        },
+    ]
+    out = from_anthropic(messages)
+    assert text_of(message_from_dict(out[0])) == "Summarize it"
+    assert to_anthropic(out) == (None, messages)
+
+
+def test_tool_results_keep_their_images_and_other_blocks():
+    messages = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "u1", "name": "shot", "input": {}}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "u1",
+                    "content": [{"type": "text", "text": "a"}, image(), {"type": "document", "source": {}}],
+                },
+                {"type": "text", "text": "what do you see?"},
+            ],
+        },
+    ]
+    out = from_anthropic(messages)
+    assert text_of(message_from_dict(out[1])) == "a\n[image]"
+    assert to_anthropic(out) == (None, messages)
+
+
+@pytest.mark.parametrize("arguments", ["[1, 2]", "null", "3", '"ls"'])
+def test_tool_use_input_is_always_an_object(arguments):
+    history = [
+        {"role": "user", "content": "hi"},
+        assistant(content=None),
+        result("c1", "a"),
+    ]
+    history[1]["tool_calls"] = [call("c1", "f", arguments)]
+    _, messages = to_anthropic(history)
+    assert messages[1]["content"][0]["input"] == {"_raw_arguments": arguments}
+
+
+def test_thinking_blocks_come_back_from_a_compaction(make_compactor):
+    """The compactor keeps the key that carries them and gives it back untouched."""
+    turn = from_anthropic(anthropic_tool_turn())
+    history = build_history([5000] * 8) + turn[1:]
+    compactor = make_compactor(context_window=window_for(history, 0.65))
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.WARN
+    _, messages = to_anthropic(view)
+    assert messages[-2:] == anthropic_tool_turn()[-2:]
+    assert messages[-4]["content"] == anthropic_tool_turn()[1]["content"]
