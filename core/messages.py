@@ -341,11 +341,24 @@ def group_start(messages: Sequence[Message], index: int) -> int:
 # --- Anthropic Messages format ----------------------------------------------------------------
 
 
+ANTHROPIC_KEY = "anthropic"
+"""The message key that carries what OpenAI chat messages have no field for, given back by
+:func:`to_anthropic`: ``blocks``, the Anthropic blocks that are not text, an image with its
+data or URL, a tool call or a tool result (``thinking``, ``redacted_thinking``, ``document``...),
+as ``[position, block]`` pairs; and on a tool message ``tool_result``, the other fields of its
+``tool_result`` block (``is_error``...). The compactor keeps it, like any unknown key."""
+
+_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
+
+
 def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
     """Convert OpenAI chat dicts to Anthropic's ``(system, messages)``.
 
-    Tool calls become ``tool_use`` blocks, tool results ``tool_result`` blocks in a user message;
-    consecutive messages of the same role are merged, as the Messages API requires alternation.
+    Text and ``image_url`` parts become text and image blocks (no text block of white space
+    alone: the Messages API refuses it), tool calls ``tool_use`` blocks (arguments that are not a
+    JSON object as ``{"_raw_arguments": text}``), tool results ``tool_result`` blocks in a user
+    message; the blocks :data:`ANTHROPIC_KEY` carries go back in their places. Consecutive
+    messages of the same role are merged, as the Messages API requires alternation.
     """
     system: str | None = None
     out: list[dict[str, Any]] = []
@@ -355,21 +368,19 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, lis
             text = text_of(m)
             system = text if system is None else system + "\n\n" + text
             continue
-        blocks: list[dict[str, Any]] = []
+        carried = m.extra.get(ANTHROPIC_KEY) or {}
+        if not isinstance(carried, Mapping):
+            raise InvalidMessagesError(f"message {i}: {ANTHROPIC_KEY!r} must be an object, as from_anthropic writes it")
+        blocks = _blocks_of(m)
+        for position, block in carried.get("blocks", ()):
+            blocks.insert(position, block)
         if m.role == "tool":
             role = "user"
-            blocks.append({"type": "tool_result", "tool_use_id": m.tool_call_id, "content": text_of(m)})
+            content: Any = blocks if any(b["type"] != "text" for b in blocks) else text_of(m)
+            fields = carried.get("tool_result", {})
+            blocks = [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content, **fields}]
         else:
             role = "assistant" if m.role == "assistant" else "user"
-            text = text_of(m)
-            if text.strip():  # the Messages API refuses a text block of white space alone
-                blocks.append({"type": "text", "text": text})
-            for call in m.tool_calls:
-                try:
-                    arguments = json.loads(call.arguments) if call.arguments else {}
-                except json.JSONDecodeError:
-                    arguments = {"_raw_arguments": call.arguments}
-                blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
         if not blocks:
             continue
         if out and out[-1]["role"] == role:
@@ -379,8 +390,50 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, lis
     return system, out
 
 
+def _blocks_of(m: Message) -> list[dict[str, Any]]:
+    """The Anthropic blocks of ``m``'s content and tool calls, in order."""
+    content = m.content
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or ()
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            continue
+        image = part.get("image_url") if part.get("type") == "image_url" else None
+        url = image.get("url") if isinstance(image, Mapping) else image
+        text = part.get("text")
+        if not isinstance(text, str):  # as text_of reads it
+            text = "[image]" if part.get("type") in ("image", "input_image") else ""
+        if isinstance(url, str):
+            blocks.append({"type": "image", "source": _image_source(url)})
+        elif text.strip():  # the Messages API refuses a text block of white space alone
+            blocks.append({"type": "text", "text": text})
+    for call in m.tool_calls:
+        try:
+            arguments = json.loads(call.arguments) if call.arguments else {}
+        except json.JSONDecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):  # the Messages API takes an object as input, nothing else
+            arguments = {"_raw_arguments": call.arguments}
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+    return blocks
+
+
+def _image_source(url: str) -> dict[str, str]:
+    """The Anthropic image source for an ``image_url`` URL: its data when it is a data URL."""
+    match = _DATA_URL.fullmatch(url)
+    if match is None:
+        return {"type": "url", "url": url}
+    return {"type": "base64", "media_type": match[1], "data": match[2]}
+
+
 def from_anthropic(messages: Sequence[Mapping[str, Any]], system: str | None = None) -> list[dict[str, Any]]:
-    """Convert Anthropic Messages (``tool_use`` / ``tool_result`` blocks) to OpenAI chat dicts."""
+    """Convert Anthropic Messages to OpenAI chat dicts, losing nothing :func:`to_anthropic` gives back.
+
+    Text blocks become the content (a string when every block is text, else a list of parts),
+    images with their data or URL ``image_url`` parts (data URLs), ``tool_use`` blocks tool calls
+    and ``tool_result`` blocks tool messages; any other block (``thinking``, ``document``...) and a
+    result's other fields (``is_error``...) are carried under :data:`ANTHROPIC_KEY`.
+    """
     out: list[dict[str, Any]] = []
     if system:
         out.append({"role": "system", "content": system})
@@ -392,13 +445,11 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]], system: str | None = N
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue
-        texts: list[str] = []
         calls: list[dict[str, Any]] = []
+        rest: list[Any] = []
         for block in content or ():
             kind = block.get("type")
-            if kind == "text":
-                texts.append(block.get("text", ""))
-            elif kind == "tool_use":
+            if kind == "tool_use":
                 calls.append(
                     {
                         "id": block["id"],
@@ -406,14 +457,67 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]], system: str | None = N
                         "function": {"name": block["name"], "arguments": json.dumps(block.get("input", {}))},
                     }
                 )
+                rest.append(None)  # it keeps its place among the blocks
             elif kind == "tool_result":
-                result = block.get("content")
-                if isinstance(result, list):
-                    result = "\n".join(b.get("text", "[image]") for b in result if isinstance(b, Mapping))
-                out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result or ""})
-        if texts or calls:
-            message: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
-            if calls:
-                message["tool_calls"] = calls
+                out.append(_tool_message(block))
+            else:
+                rest.append(block)
+        message = _with_content({"role": role}, rest)
+        if calls:
+            message["tool_calls"] = calls
+        if message["content"] is not None or len(message) > 2:  # tool calls or carried blocks
             out.append(message)
     return out
+
+
+def _tool_message(block: Mapping[str, Any]) -> dict[str, Any]:
+    """The tool message for a ``tool_result`` block."""
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": block["tool_use_id"]}
+    result = block.get("content")
+    if isinstance(result, list):
+        _with_content(message, result)
+    if not message.get("content"):  # a tool message has text, if only empty
+        message["content"] = result if isinstance(result, str) else ""
+    fields = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
+    if fields:
+        message.setdefault(ANTHROPIC_KEY, {})["tool_result"] = fields
+    return message
+
+
+def _with_content(message: dict[str, Any], blocks: Sequence[Any]) -> dict[str, Any]:
+    """``message`` with the content for ``blocks`` (``None`` stands for a tool call, which only
+    takes a place) and, under :data:`ANTHROPIC_KEY`, the blocks it cannot hold."""
+    parts: list[dict[str, Any]] = []
+    kept: list[list[Any]] = []
+    for position, block in enumerate(blocks):
+        if block is None:
+            continue
+        part = _part_of(block)
+        if part is None:
+            kept.append([position, block])
+        else:
+            parts.append(part)
+    if not parts:
+        message["content"] = None
+    elif kept or any(p["type"] != "text" for p in parts):
+        message["content"] = parts
+    else:  # text alone: a string, as OpenAI clients write it
+        message["content"] = "\n".join(p["text"] for p in parts)
+    if kept:
+        message.setdefault(ANTHROPIC_KEY, {})["blocks"] = kept
+    return message
+
+
+def _part_of(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The OpenAI content part for a text block or an image with its data or URL; else None."""
+    if block.get("type") == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    source = block.get("source") if block.get("type") == "image" else None
+    if not isinstance(source, Mapping):
+        return None
+    media_type, data, url = source.get("media_type"), source.get("data"), source.get("url")
+    if source.get("type") == "base64" and isinstance(media_type, str) and isinstance(data, str):
+        url = f"data:{media_type};base64,{data}"
+    elif source.get("type") != "url" or not isinstance(url, str):  # a file of the Files API...
+        return None
+    return {"type": "image_url", "image_url": {"url": url}}

@@ -333,13 +333,15 @@ def test_from_anthropic_reads_block_lists_in_tool_results():
                 {
                     "type": "tool_result",
                     "tool_use_id": "u1",
-                    "content": [{"type": "text", "text": "a"}, {"type": "image"}],
+                    "content": [{"type": "text", "text": "a"}, image()],
                 }
             ],
         },
     ]
     out = from_anthropic(messages)
-    assert out[1] == {"role": "tool", "tool_call_id": "u1", "content": "a\n[image]"}
+    png = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    assert out[1] == {"role": "tool", "tool_call_id": "u1", "content": [{"type": "text", "text": "a"}, png]}
+    assert text_of(message_from_dict(out[1])) == "a\n[image]"
     assert view_problems(messages_from_dicts(out)) == []
     assert json.loads(out[0]["tool_calls"][0]["function"]["arguments"]) == {}
 
