@@ -10,6 +10,7 @@ import attrs
 import pytest
 
 from progressive_compactor import CompactionTier, InvalidMessagesError
+from progressive_compactor.http.prompt import render_messages
 from progressive_compactor.messages import (
     IMAGE_CHARS,
     MISSING_RESULT,
@@ -425,6 +426,8 @@ def test_thinking_blocks_of_a_tool_turn_come_back_in_their_place():
         "a.py\nb.py",
     ]
     assert to_anthropic(out) == (None, turn)
+    rendered = render_messages(messages_from_dicts(out), 1000)  # the summarizer's prompt: text only
+    assert "Retrying with sudo." in rendered and "I should call ls" not in rendered and "EmwK" not in rendered
 
 
 def test_is_error_of_a_tool_result_comes_back():
