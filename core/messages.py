@@ -376,7 +376,7 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, lis
             blocks.insert(position, block)
         if m.role == "tool":
             role = "user"
-            content: Any = blocks if any(b["type"] != "text" for b in blocks) else text_of(m)
+            content: Any = blocks if any(b.get("type") != "text" for b in blocks) else text_of(m)
             fields = carried.get("tool_result", {})
             blocks = [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content, **fields}]
         else:
