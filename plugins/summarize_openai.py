@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
+from progressive_compactor.messages import ANTHROPIC_KEY
 from progressive_compactor.plugin import SummarizerError
 
 
@@ -36,7 +37,9 @@ class OpenAISummarizer(HttpSummarizer):
     def build_body(self, prompt: Prompt, conversation: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
         if conversation is not None:  # the agent's view as it sent it, then the instruction
-            messages = [*conversation, {"role": "user", "content": prompt.user}]
+            # (without the blocks from_anthropic keeps for to_anthropic: an OpenAI request has none)
+            sent = [{k: v for k, v in m.items() if k != ANTHROPIC_KEY} for m in conversation]
+            messages = [*sent, {"role": "user", "content": prompt.user}]
         body: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,

@@ -229,6 +229,22 @@ def test_cache_friendly_request_repeats_the_agents_view_and_reads_the_cache(fake
     assert record.summarizer_tokens_in == sent.usage[0]  # cached tokens are input too
 
 
+def test_a_cache_friendly_openai_request_sends_no_blocks_kept_for_anthropic(fake, tmp_path):
+    from progressive_compactor.http import Prompt
+    from progressive_compactor.messages import ANTHROPIC_KEY
+
+    compactor = ProgressiveCompactor("classic", **compactor_settings(fake.base_url, "openai", tmp_path))
+    plugin = compactor.pm.get_plugin("summarize-openai")
+    carried = {"role": "assistant", "content": "ok", ANTHROPIC_KEY: {"blocks": [[0, {"type": "thinking"}]]}}
+    body = plugin.build_body(Prompt(system="", user="summarize"), [{"role": "user", "content": "go"}, carried])
+    compactor.close()
+    assert body["messages"] == [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "summarize"},
+    ]
+
+
 def test_lean_requests_do_not_send_the_view(fake, tmp_path):
     settings = compactor_settings(fake.base_url, "openai", tmp_path)
     compactor = ProgressiveCompactor("classic", **settings)
