@@ -46,6 +46,7 @@ from .errors import (
 from .facts import bound_text, extract_facts, first_user_request, one_line
 from .hookspecs import hookimpl
 from .messages import (
+    ANTHROPIC_KEY,
     char_count,
     from_anthropic,
     group_start,
@@ -137,6 +138,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ANTHROPIC_KEY",
     "NOT_AVAILABLE",
     "PLACEHOLDER_PREFIX",
     "THRESHOLD_NAMES",

@@ -15,8 +15,7 @@ from typing import Any
 import attrs
 
 from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
-from progressive_compactor.messages import ANTHROPIC_KEY
-from progressive_compactor.plugin import SummarizerError
+from progressive_compactor.plugin import ANTHROPIC_KEY, SummarizerError
 
 
 class OpenAISummarizer(HttpSummarizer):
