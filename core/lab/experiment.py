@@ -340,9 +340,7 @@ class ExperimentCompactor(ProgressiveCompactor):
                     compactor = ProgressiveCompactor(config, session_id=self.session_id, extra_plugins=self._shared)
                     # A summarizer that reports no tokens has them estimated into the record, as
                     # in a replay: live records and replays price the summarizer alike.
-                    compactor.pm.register(
-                        SummarizerMeter(compactor.hooks.estimate_tokens, config.cached_sessions), name=METER_NAME
-                    )
+                    compactor.pm.register(SummarizerMeter(compactor), name=METER_NAME)
                     self._variants[name] = compactor
         return compactor
 

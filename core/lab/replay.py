@@ -42,7 +42,6 @@ from ..messages import message_from_dict, messages_from_dicts, view_problems
 from ..models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
 from ..notice import changed_view
 from ..pricing import Cost, PriceTable, call_cost
-from ..session_memory import RecentlyUsed
 
 METER_NAME = "replay-meter"
 
@@ -149,15 +148,19 @@ class SummarizerMeter:
     are filled in with the estimates, so that the record of the turn carries them, and a replay's
     records price exactly as the replay does (``compactor ab report`` on them agrees with ``ab
     replay``). A cache-friendly request's cached part is the view the session's previous call sent
-    (what a provider's cache holds), read from the session's last record: per session, since
-    sessions interleave in live traffic (the ``sessions`` most recent are kept).
+    (what a provider's cache holds), as the compactor's cache of the session has it: per session,
+    since sessions interleave in live traffic (0 for a session the compactor no longer keeps).
     """
 
-    def __init__(self, estimate: Callable[[Sequence[Message]], list[int]], sessions: int = 1000):
-        self.estimate = estimate
-        self.previous_view: RecentlyUsed[int] = RecentlyUsed(sessions)
-        """Per session: tokens of the view its previous call sent."""
+    def __init__(self, compactor: Any):
+        self.estimate: Callable[[Sequence[Message]], list[int]] = compactor.hooks.estimate_tokens
+        self.compactor = compactor
         self.reset()
+
+    def previous_view(self, session_id: str) -> int:
+        """Tokens of the view the session's previous call sent."""
+        cache = self.compactor._memory.caches.get(session_id)
+        return cache.previous_tokens if cache is not None else 0
 
     def reset(self) -> None:
         self.calls = 0
@@ -177,14 +180,6 @@ class SummarizerMeter:
             self.calls += 1
         return result
 
-    @hookimpl
-    def persist_record(self, record: CompactionRecord) -> None:
-        self.previous_view.put(record.session_id, record.tokens_after)
-
-    @hookimpl
-    def on_delete_session(self, session_id: str) -> None:
-        self.previous_view.pop(session_id)
-
     def _count(self, request: SummaryRequest, result: Any) -> Any:
         """Add what ``request`` would be billed for to the totals. A result without the
         provider's counts gets these estimates, so its record carries what the replay bills."""
@@ -194,7 +189,7 @@ class SummarizerMeter:
             view = sum(self.estimate(request.view))
             instruction = self.estimate([Message(role="user", content=build_instruction(request, delta=delta))])[0]
             tokens_in = view + instruction
-            cached = min(self.previous_view.get(request.session_id) or 0, view)
+            cached = min(self.previous_view(request.session_id), view)
         else:
             prompt = build_prompt(request, delta=delta)
             tokens_in = self.estimate([Message(role="user", content=prompt.system + prompt.user)])[0]
@@ -217,7 +212,7 @@ class SummarizerMeter:
 def _meter(compactor: Any) -> SummarizerMeter:
     meter = compactor.pm.get_plugin(METER_NAME)
     if meter is None:
-        meter = SummarizerMeter(compactor.hooks.estimate_tokens, compactor.config.cached_sessions)
+        meter = SummarizerMeter(compactor)
         compactor.pm.register(meter, name=METER_NAME)
     return meter
 
