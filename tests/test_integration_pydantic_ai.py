@@ -323,6 +323,18 @@ def test_usage_anchors_the_session(make_compactor):
     assert records[-1].tier is not CompactionTier.NONE  # 1.3 × the estimate passes the Warn share
 
 
+def test_a_finished_conversation_is_forgotten_and_its_next_run_starts_anew(make_compactor):
+    compactor = make_compactor(context_window=16_000)
+    processor = history_processor(compactor, session_id="u")
+    agent = agent_with(FunctionModel(Replayer(None, 16_000)), processor)
+    first = agent.run_sync("hello")
+    assert len(processor.full_history("u")) == len(first.all_messages()) - 1  # up to the last request
+    processor.forget("u")
+    assert processor.state._sessions == {} and processor.full_history("u") == []
+    again = agent.run_sync("hello again", message_history=first.all_messages())
+    assert processor.full_history("u", again.all_messages()) == again.all_messages()
+
+
 def has_capabilities() -> bool:
     try:
         from pydantic_ai.capabilities import ProcessHistory  # noqa: F401

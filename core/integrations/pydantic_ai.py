@@ -337,6 +337,14 @@ class HistoryCompactor(Adapter):
                 full += run_messages[len(session.full) :]
         return full
 
+    def forget(self, session_id: str | None = None) -> None:
+        """Drop what the processor keeps of a session (its full history and last view), once the
+        conversation is over and :meth:`full_history` stored: a long-running process serving
+        many conversations holds only the live ones. A later request of the session starts anew
+        from the messages it brings."""
+        with self._lock:
+            self._sessions.pop(session_id or self.compactor.session_id, None)
+
     def session_of(self, ctx: Any, messages: Sequence[ModelMessage]) -> str:
         chosen = self.chosen_session(ctx)
         if chosen:
@@ -399,13 +407,15 @@ class HistoryCompactor(Adapter):
 def history_processor(compactor: ProgressiveCompactor, **options: Any) -> Processor:
     """A synchronous history processor (for ``Agent(history_processors=[...])`` on 1.x, or
     ``ProcessHistory(...)`` on 2.x). ``options``: ``session_id``, ``compaction_role``,
-    ``on_record``. Its ``full_history(session_id)`` returns a session's whole history."""
+    ``on_record``. Its ``full_history(session_id)`` returns a session's whole history, and
+    ``forget(session_id)`` drops what it keeps of a finished one."""
     state = HistoryCompactor(compactor, **options)
 
     def compact_history(ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
         return state.process(ctx, messages)
 
     compact_history.full_history = state.full_history  # type: ignore[attr-defined]
+    compact_history.forget = state.forget  # type: ignore[attr-defined]
     compact_history.state = state  # type: ignore[attr-defined]
     return compact_history
 
@@ -418,6 +428,7 @@ def async_history_processor(compactor: ProgressiveCompactor, **options: Any) -> 
         return await state.aprocess(ctx, messages)
 
     compact_history.full_history = state.full_history  # type: ignore[attr-defined]
+    compact_history.forget = state.forget  # type: ignore[attr-defined]
     compact_history.state = state  # type: ignore[attr-defined]
     return compact_history
 
