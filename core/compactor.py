@@ -353,7 +353,7 @@ class ProgressiveCompactor:
                 work.state = attrs.evolve(work.state, landed_tokens=tokens_after, landed_messages=len(history))
             save_errors: list[str] = []
             # A stale turn (an earlier one sent again) saves nothing: the newer state stays.
-            saved = False if stale else self._save_state(sid, work.state, save_errors)
+            saved = False if stale else self._save_state(sid, cache, work.state, save_errors)
             if saved:
                 cache.refresh(work.state, self._tiers.compaction_message_for(sid))
             else:  # the next attempt (or turn) builds its view from the state that is stored
@@ -456,11 +456,11 @@ class ProgressiveCompactor:
             return SessionState(variant=state.variant), [f"{kept}; served from the history, nothing saved"], True
         fresh = SessionState(version=state.version + 1, variant=state.variant)  # the variant is for life
         errors: list[str] = []
-        self._save_state(sid, fresh, errors)
+        self._save_state(sid, cache, fresh, errors)
         reason = "session state did not match this history (another history under the same session id?); started over"
         return fresh, [reason, *errors], False
 
-    def _save_state(self, sid: str, state: SessionState, errors: list[str]) -> bool | None:
+    def _save_state(self, sid: str, cache: SessionCache, state: SessionState, errors: list[str]) -> bool | None:
         """Save ``state`` (compare-and-set). True when saved; None when another turn of the
         session saved first; False when saving failed. Either cause goes into ``errors``."""
         try:
@@ -471,9 +471,7 @@ class ProgressiveCompactor:
         if saved is False:
             errors.append("saving session state failed: another turn of this session saved its state first")
             return None
-        cache = self._memory.caches.get(sid)
-        if cache is not None:
-            cache.saved(state)
+        cache.saved(state)
         return True
 
 

@@ -341,22 +341,17 @@ class SessionCache:
         if not (self.pin_request and covers and self.first_request):
             return None
         if self._pinned is None:  # the request's own name and keys kept (a speaker's name, cache_control)
-            original = self.settled[self.request_index] if self.request_index is not None else None
-            message = Message(
-                role="user",
-                content=self._request_content(self.first_request),
-                name=original.name if original is not None else None,
-                extra=original.extra if original is not None else {},
-            )
+            original = self.settled[self.request_index]  # type: ignore[index]  # ``covers`` says it is set
+            content = self._request_content(original, self.first_request)
+            message = Message(role="user", content=content, name=original.name, extra=original.extra)
             self._pinned = (message, message_to_dict(message), self.estimate([message])[0])
         return self._pinned[0]
 
-    def _request_content(self, request: str) -> Any:
+    def _request_content(self, original: Message, request: str) -> Any:
         """The pinned request's content: the message's own parts (an image stays an image) when
         its text is kept whole, else the bounded text; secrets masked."""
-        original = self.settled[self.request_index] if self.request_index is not None else None
-        parts = original.content if original is not None else None
-        if not isinstance(parts, tuple) or text_of(original).strip() != request:  # type: ignore[arg-type]
+        parts = original.content
+        if not isinstance(parts, tuple) or text_of(original).strip() != request:
             return self.masked_request()
         return tuple(
             {**part, "text": self.redact(part["text"])}

@@ -399,7 +399,7 @@ class TierRunner:
         tails: list[int] | None = None  # tails[k]: the tokens of counts[k:], summed once a result is weighed
         for i in range(min(end, len(work.uncovered))) if only is None else only:
             m = work.uncovered[i]
-            result = (m if m.tool_call_id else None) if m.role == "tool" else carried_result(m)
+            result = carried_result(m) if m.role != "assistant" else None
             if result is None:
                 continue
             kept = offloaded.get(str(start + i))
