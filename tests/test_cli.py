@@ -245,6 +245,26 @@ def test_compact_json_and_output_file(tmp_path: Path, cfg: Path, session: Path) 
     assert data["record"]["tokens_after"] < data["record"]["tokens_before"]
 
 
+def test_compact_says_what_failed_on_stderr_and_still_writes_the_whole_view(tmp_path: Path, session: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tool_results").write_text("", "utf-8")  # offloads cannot be written: a file where their folder goes
+    cfg = write_config(data, tool_result_threshold=500)
+    result = run("compact", session, "-c", cfg, "-o", tmp_path / "view.jsonl")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings[0].startswith("warning: offload of call_0 failed: OffloadError: cannot write in ")
+    (record,) = stored_records(data, "sess")
+    errors = [e for e in record.errors if e != "emergency fallback: forced truncation"]  # the notice says it
+    assert len(errors) > 5 and [w.removeprefix("warning: ") for w in warnings[:5]] == errors[:5]
+    assert warnings[5:] == [f"warning: ... and {len(errors) - 5} more (--json gives the record with all of them)"]
+    view = [json.loads(line) for line in (tmp_path / "view.jsonl").read_text("utf-8").splitlines()]
+    assert view_problems(messages_from_dicts(view)) == []
+    (tmp_path / "ok").mkdir()
+    clean = run("compact", session, "-c", write_config(tmp_path / "ok", tool_result_threshold=500))
+    assert clean.exit_code == 0 and "warning:" not in clean.stderr
+
+
 def test_compact_output_dash_is_stdout_and_a_link_is_written_through(
     tmp_path: Path, cfg: Path, session: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,7 +6,17 @@ from pathlib import Path
 
 import click
 
-from .app import config_option, data_dir_option, json_option, json_text, load_cli_config, window_option, write_output
+from ..converters import EMERGENCY_CAUSE
+from .app import (
+    config_option,
+    data_dir_option,
+    json_option,
+    json_text,
+    load_cli_config,
+    one_line,
+    window_option,
+    write_output,
+)
 from .inputs import load_history
 
 
@@ -35,6 +45,10 @@ def compact(
     (to stdout with -o FILE). With --json, one object {"view": [...], "record": {...}} instead.
     Offloaded results go to the data folder, where 'compactor show HANDLE' finds them.
 
+    What went wrong on the way (an offload or a summary that failed, a plugin's error) is
+    printed on stderr as 'warning: ...' lines, and the record keeps it all. The exit status is 0
+    whenever a view was written: a view is valid and loses no message even when a step failed.
+
     \b
     Example: compactor compact session.jsonl -w 32000 -o view.jsonl
     """
@@ -61,6 +75,22 @@ def compact(
     if not as_json:
         message = notice(record) or f"No compaction needed: {record.tokens_before} tokens"
         click.echo(message, err=output in (None, "-"))
+    warn_errors(record.errors)
+
+
+SHOWN_ERRORS = 5
+"""How many of a record's errors ``compact`` prints; the rest are counted."""
+
+
+def warn_errors(errors: tuple[str, ...]) -> None:
+    """The record's errors (already redacted) as ``warning:`` lines on stderr, the first few. The
+    truncation that the Emergency tier is goes unsaid: the notice names the tier."""
+    errors = tuple(error for error in errors if error != EMERGENCY_CAUSE)
+    for error in errors[:SHOWN_ERRORS]:
+        click.echo(f"warning: {one_line(error)}", err=True)
+    if len(errors) > SHOWN_ERRORS:
+        more = len(errors) - SHOWN_ERRORS
+        click.echo(f"warning: ... and {more} more (--json gives the record with all of them)", err=True)
 
 
 COMMANDS = [compact]
