@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import orjson
 
 from .anchors import MAX_ANCHOR_LINES
-from .messages import carried_result, text_of
+from .messages import SYSTEM_NOTE, carried_result, text_of
 from .models import Facts, Message
 from .redaction import mask_credentials
 
@@ -23,7 +23,7 @@ MAX_ITEMS = 30
 ERROR_SCAN_CHARS = 100_000
 _NOT_A_REQUEST = re.compile(
     r"^\s*(<system-reminder>|<command-name>|<command-message>|<local-command|<task-notification>|"
-    r"Caveat: The messages below)",
+    r"Caveat: The messages below|" + re.escape(SYSTEM_NOTE) + ")",
 )
 _FILE_TOKEN = re.compile(r"^(?:[\w.@~+-]*/)*[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,10}$|^(?:[\w.@~+-]+/)+[\w.@+-]+$")
 _PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")

@@ -231,6 +231,18 @@ def _late_result(m: Message) -> Message:
     )
 
 
+SYSTEM_NOTE = "[System message]"
+"""How a system message that is not first starts once the repair made it a user message: the model
+(and the facts, which take it for no instruction of the user's) can tell it from the user's words."""
+
+
+def _late_system(m: Message) -> Message:
+    content = m.content
+    if isinstance(content, (list, tuple)):
+        return attrs.evolve(m, role="user", content=({"type": "text", "text": SYSTEM_NOTE}, *content), raw=None)
+    return attrs.evolve(m, role="user", content=f"{SYSTEM_NOTE}\n{content}" if content else SYSTEM_NOTE, raw=None)
+
+
 def carried_result(m: Message) -> Message | None:
     """The tool result ``m`` holds: ``m`` itself, a tool message with a call id; a tool message
     with the call id and the text of a result that arrived apart from its call, which the repair
@@ -260,7 +272,8 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
     an assistant message's tool calls are answered by the run of tool messages right after it; a
     call with no result there gets a short synthetic result saying so; a tool message that answers
     no call of its run (or answers one twice) becomes a user message that keeps its text, so no
-    result is lost; a system message that is not first becomes a user message. Returns the
+    result is lost; a system message that is not first becomes a user message that starts with
+    :data:`SYSTEM_NOTE`. Returns the
     repaired list and how many repairs were made (0, and an equal list, when it was valid).
     ``at_start=False`` says the list continues a view, so even its first message is not first.
     """
@@ -275,7 +288,7 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
             repairs += 1
             continue
         if m.role == "system" and (i > 1 or not at_start):
-            m = attrs.evolve(m, role="user", raw=None)
+            m = _late_system(m)
             repairs += 1
         if m.role != "assistant" or not m.tool_calls:
             out.append(m)

@@ -164,6 +164,23 @@ def test_a_result_that_arrived_apart_from_its_call_is_a_result_not_an_instructio
     assert facts.failed_commands == ("`pytest -x` -> E   ValueError: bad token",)
 
 
+def test_a_system_message_in_the_middle_is_no_instruction_of_the_users():
+    from progressive_compactor.messages import repair_tool_pairs
+
+    history = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "system", "content": "Tools available: bash. Working directory: /repo."},
+        {"role": "user", "content": "Fix the bug in parser.py"},
+        {"role": "assistant", "content": "Looking."},
+        {"role": "system", "content": "Reminder: the tests run with pytest -x."},
+        {"role": "user", "content": "Also keep the public API unchanged."},
+    ]
+    repaired, _ = repair_tool_pairs(messages_from_dicts(history))
+    facts = extract_facts(repaired)
+    assert facts.user_request == "Fix the bug in parser.py"
+    assert facts.instructions == ("Also keep the public API unchanged.",)
+
+
 def test_a_command_that_fails_without_a_word_is_not_a_tried_solution():
     history = messages_from_dicts(
         [

@@ -194,6 +194,11 @@ def test_repair_answers_an_unanswered_call_and_keeps_an_orphan_result_as_text():
 def test_repair_turns_a_late_system_message_into_a_user_message():
     repaired, count = repair_tool_pairs(msgs({"role": "system", "content": "a"}, {"role": "system", "content": "b"}))
     assert count == 1 and [m.role for m in repaired] == ["system", "user"]
+    assert repaired[1].content == "[System message]\nb"  # the model can tell it from the user's words
+    parts = [{"type": "text", "text": "b"}]
+    repaired, _ = repair_tool_pairs(msgs({"role": "user", "content": "u"}, {"role": "system", "content": parts}))
+    assert repaired[1].content == ({"type": "text", "text": "[System message]"}, *parts)
+    assert repair_tool_pairs(repaired)[1] == 0  # once repaired, it stays as it is
 
 
 @pytest.mark.parametrize("first", ["system", "user"], ids=["with-system-prompt", "without"])
