@@ -286,6 +286,52 @@ def test_records_compaction_number_out_of_range(records_file: Path) -> None:
     assert result.exit_code == 1 and "there is no record 99" in result.stderr
 
 
+def test_text_of_a_record_is_printed_as_it_is_never_read_as_markup(tmp_path: Path) -> None:
+    """Brackets in what a record holds (a variant, a session name) are text, not rich markup: no
+    crash on ``[/]``, no text swallowed as a style."""
+    path = tmp_path / "records.jsonl"
+    records = [record(1, variant="[/]ab[bold]"), record(2, variant="[red]x", tokens_after=9_000)]
+    path.write_text("".join(record_to_json(r) + "\n" for r in records), "utf-8")
+    out = run("records", path).stdout
+    assert "[/]ab[bold]" in out and "[red]x" in out
+
+
+def test_replay_of_sessions_whose_names_hold_brackets(tmp_path: Path, cfg: Path) -> None:
+    names = ["a[green]", "b[bold]", "c"]
+    for name in names:
+        write_jsonl(tmp_path / f"{name}.jsonl", synthetic_history(4))
+    out = run("replay", *(tmp_path / f"{n}.jsonl" for n in names), "-c", cfg).stdout
+    assert re.search(r"^1 +a\[green\] ", out, re.M) and re.search(r"^2 +b\[bold\] ", out, re.M)  # a row each
+    two = run("replay", *(tmp_path / f"{n}.jsonl" for n in names[:2]), "-c", cfg).stdout
+    assert re.search(r"^ +a\[green\] +b\[bold\]$", two, re.M)  # a column each
+
+
+def test_escape_sequences_in_a_record_never_reach_the_terminal(tmp_path: Path) -> None:
+    """A summary, an anchor, an error or a fact may quote a tool's output: its escape sequences
+    (clear the screen, set the window title, colours) are shown, not sent to the terminal."""
+    esc = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x9b1m"
+    anchors = tuple(Anchor(t, f"{t.heading} {esc}") for t in AnchorType)
+    entry = OffloadEntry(tool_call_id="c1", handle="s/c1", path="", chars=10, lines=1, sha256="")
+    hostile = record(
+        1,
+        tier=CompactionTier.SOFT,
+        tokens_after=6_000,
+        summarized=4,
+        anchors=anchors,
+        summary_text=f"The summary {esc}",
+        offloaded=(entry,),
+        errors=(f"summarizer failed: {esc}",),
+        escalations=(f"loop guard: {esc}",),
+        variant=f"v{esc}",
+    )
+    path = tmp_path / "records.jsonl"
+    path.write_text(record_to_json(hostile) + "\n", "utf-8")
+    for args in ([], ["--full"], ["-n", "1"]):
+        out = run("records", path, *args).stdout
+        assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out, args
+        assert "\\x1b[2J" in out
+
+
 # --- files found from any folder --------------------------------------------------------------
 
 

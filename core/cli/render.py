@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import sys
 from typing import IO, Any, Callable, Iterable, Mapping, Sequence
@@ -46,6 +47,15 @@ TIER_STYLES = {
 }
 TIERS = (CompactionTier.WARN, CompactionTier.SOFT, CompactionTier.FULL, CompactionTier.EMERGENCY)
 ELLIPSIS = "…"
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""Characters a terminal acts on (ESC starts the sequences that clear the screen, move the cursor
+or set the window title); tab, line feed and carriage return aside."""
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): a record quotes what tools
+    printed, and what a tool printed must be read on the terminal, not run by it."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def is_tty(stream: IO[str]) -> bool:
@@ -139,7 +149,7 @@ class FittedTable:
         """The title (wrapped on words at the console's width, not the table's), then the table."""
         if self.title is None:
             return self.table
-        return Group(Text(self.title, style="bold"), self.table)
+        return Group(Text(visible(self.title), style="bold"), self.table)
 
     def legend(self, *extra: tuple[str, str]) -> Text | None:
         """What the abbreviated headers of the columns shown mean, then ``extra``."""
@@ -201,7 +211,7 @@ def fit_table(
     for i in keep:
         c = columns[i]
         table.add_column(
-            elide(c.header, widths[i]),
+            Text(visible(elide(c.header, widths[i]))),
             footer=_fit_cell(footer[i], c, widths[i]) if footer is not None else "",
             justify=c.justify,  # type: ignore[arg-type]
             width=widths[i],
@@ -217,9 +227,10 @@ def fit_table(
 
 
 def _fit_cell(cell: Any, column: Column, width: int) -> Any:
-    if column.shorten and not isinstance(cell, Text):
-        return elide(str(cell), width)
-    return cell
+    """``cell`` as text (a string is never read as markup), shortened to ``width`` in a column of names."""
+    if isinstance(cell, Text):
+        return cell
+    return Text(visible(elide(str(cell), width) if column.shorten else str(cell)))
 
 
 def dropped_note(fitted: FittedTable) -> Text | None:
@@ -357,10 +368,10 @@ def _record_notes(records: Sequence[CompactionRecord]) -> Text | None:
     for number, r in enumerate(records, 1):
         for error in r.errors:
             text.append(f"#{number} error: ", style="bold red")
-            text.append(" ".join(error.split()) + "\n")
+            text.append(visible(" ".join(error.split())) + "\n")
         for step in r.escalations:
             text.append(f"#{number} loop guard: ", style="bold yellow")
-            text.append(_without_prefix(" ".join(step.split()), "loop guard: ") + "\n")
+            text.append(visible(_without_prefix(" ".join(step.split()), "loop guard: ")) + "\n")
     if not text.plain:
         return None
     text.rstrip()
@@ -417,7 +428,7 @@ def print_all(console: Console, parts: Iterable[Any]) -> None:
     """Print renderables one after another, :class:`Command` lines unbroken."""
     for part in parts:
         if isinstance(part, Command):
-            line = Text(" " * part.indent + part.text)
+            line = Text(" " * part.indent + visible(part.text))
             if part.comment:
                 line.append(f"   # {part.comment}", style="dim")
             console.print(line, soft_wrap=True)
@@ -440,7 +451,7 @@ def compaction_detail(
     ``full`` prints every line of the anchors and the summary; otherwise each anchor's first
     line and the summary's first :data:`SUMMARY_LINES` lines, with how many more there are.
     """
-    parts: list[Any] = [Rule(Text(heading, style="bold"), align="left", style="dim")]
+    parts: list[Any] = [Rule(Text(visible(heading), style="bold"), align="left", style="dim")]
     parts.append(notice_text(record))
     if record.anchors:
         parts.append(Text("Anchors", style="bold"))
@@ -455,7 +466,7 @@ def compaction_detail(
         shown = lines if full else lines[:SUMMARY_LINES]
         more = "" if len(shown) == len(lines) else f" (first {len(shown)} of {len(lines)} lines; --full for all)"
         parts.append(Text("Summary" + more, style="bold"))
-        body = Text("\n".join(shown if full else [_first_chars(line, 400) for line in shown]))
+        body = Text(visible("\n".join(shown if full else [_first_chars(line, 400) for line in shown])))
         parts.append(Padding(body, (0, 0, 0, 2)))
     if record.offloaded:
         if where.temporary:
@@ -473,7 +484,7 @@ def compaction_detail(
             facts = Text()
             for category, label in missing:
                 facts.append(f"{category}: ", style="yellow")
-                facts.append(_first_chars(" ".join(label.split()), 300) + "\n")
+                facts.append(visible(_first_chars(" ".join(label.split()), 300)) + "\n")
             facts.rstrip()
             parts.append(Padding(facts, (0, 0, 0, 2)))
         else:
@@ -484,12 +495,12 @@ def compaction_detail(
     ):
         if items:
             parts.append(Text(title, style=style))
-            parts.append(Padding(Text("\n".join(" ".join(i.split()) for i in items)), (0, 0, 0, 2)))
+            parts.append(Padding(Text(visible("\n".join(" ".join(i.split()) for i in items))), (0, 0, 0, 2)))
     return parts
 
 
 def _clip(content: str, full: bool, lines: int) -> Text:
-    text = content.strip() or NOT_AVAILABLE
+    text = visible(content.strip()) or NOT_AVAILABLE
     rows = text.splitlines()
     if full or len(rows) <= lines:
         shown = rows if full else [_first_chars(r, 300) for r in rows]
@@ -569,7 +580,7 @@ def summary_view(summaries: Sequence[Mapping[str, Any]], width: int) -> Renderab
 
 def _full_names(summaries: Sequence[Mapping[str, Any]]) -> Text:
     text = Text("sessions: ", style="dim")
-    text.append(", ".join(str(s["session"]) for s in summaries), style="dim")
+    text.append(visible(", ".join(str(s["session"]) for s in summaries)), style="dim")
     return text
 
 
@@ -663,7 +674,7 @@ def _summary_rows(summaries: Sequence[Mapping[str, Any]], width: int) -> Rendera
 def _numbered_names(summaries: Sequence[Mapping[str, Any]]) -> Text:
     text = Text("sessions in full:\n", style="dim")
     for n, s in enumerate(summaries, 1):
-        text.append(f"{n:>3} {s['session']}\n", style="dim")
+        text.append(visible(f"{n:>3} {s['session']}") + "\n", style="dim")
     text.rstrip()
     return text
 
