@@ -14,7 +14,8 @@ its name, its arguments and ``tokens_per_tool_call``. The text is exact; the ove
 OpenAI's published chat-format counts, and the tool-call overhead is an approximation (the
 format of tool calls is not published). The 3 tokens that prime every reply belong to the
 request, not to a message, and are left out. The count of a text is cached (a least-recently
-used cache of ``cache_size`` texts).
+used cache of ``cache_size`` counts, a long text's by its digest: the texts themselves are not
+kept).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import base64
 import gzip
 import hashlib
 import threading
-from functools import lru_cache
+from collections import OrderedDict
 from importlib import resources
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 
@@ -65,6 +66,8 @@ ENCODINGS: dict[str, dict[str, Any]] = {
 """The encodings this plugin carries: tiktoken's own definitions, and the SHA-256 of each BPE
 file that tiktoken checks its downloads against."""
 
+CACHED_TEXT = 256
+"""A text up to this long is a key of the count cache itself; a longer one by its BLAKE2 digest."""
 _loaded: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -78,16 +81,21 @@ def bpe_file(name: str) -> bytes:
     return data
 
 
+def _tiktoken() -> Any:
+    try:
+        import tiktoken
+    except ImportError as exc:
+        raise PluginError(
+            "tokens-tiktoken needs tiktoken: pip install 'progressive-compactor[tiktoken]'", "tokens-tiktoken"
+        ) from exc
+    return tiktoken
+
+
 def encoding(name: str) -> Any:
     """The ``tiktoken.Encoding`` of ``name``, built once per process from the bundled file."""
     with _lock:
         if name not in _loaded:
-            try:
-                import tiktoken
-            except ImportError as exc:
-                raise PluginError(
-                    "tokens-tiktoken needs tiktoken: pip install 'progressive-compactor[tiktoken]'", "tokens-tiktoken"
-                ) from exc
+            tiktoken = _tiktoken()
             ranks = {
                 base64.b64decode(token): int(rank)
                 for token, rank in (line.split() for line in bpe_file(name).splitlines() if line)
@@ -126,22 +134,41 @@ class TiktokenTokens:
         )
 
     def __init__(self, config: Config | None = None):
+        _tiktoken()  # a missing extra is a config error when the config loads, not at the first count
         self.config = config or self.Config()
-        self._count: Callable[[str], int] | None = None
+        self._encoding: Any = None
+        self._cache: OrderedDict[Any, int] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def _encode(self, text: str) -> int:
+        if self._encoding is None:
+            self._encoding = encoding(self.config.encoding)
+        try:
+            return len(self._encoding.encode_ordinary(text))
+        except UnicodeEncodeError:  # lone surrogates: counted as tiktoken counts them
+            return len(
+                self._encoding.encode_ordinary(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+            )
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` in the configured encoding (special tokens count as text)."""
-        if self._count is None:
-            enc = encoding(self.config.encoding)
-
-            def count(text: str) -> int:
-                try:
-                    return len(enc.encode_ordinary(text))
-                except UnicodeEncodeError:  # lone surrogates: counted as tiktoken counts them
-                    return len(enc.encode_ordinary(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")))
-
-            self._count = lru_cache(maxsize=self.config.cache_size)(count) if self.config.cache_size else count
-        return self._count(text) if text else 0
+        if not text:
+            return 0
+        if not self.config.cache_size:
+            return self._encode(text)
+        # a long text is kept by its digest: the cache holds counts, not the texts of every session
+        key = text if len(text) <= CACHED_TEXT else hashlib.blake2b(text.encode("utf-8", "surrogatepass")).digest()
+        with self._cache_lock:
+            n = self._cache.get(key)
+            if n is not None:
+                self._cache.move_to_end(key)
+                return n
+        n = self._encode(text)
+        with self._cache_lock:
+            self._cache[key] = n
+            if len(self._cache) > self.config.cache_size:
+                self._cache.popitem(last=False)
+        return n
 
     def count_message(self, message: Message) -> int:
         c = self.config

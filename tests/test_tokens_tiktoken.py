@@ -138,6 +138,36 @@ def test_an_unknown_encoding_is_refused(make_compactor):
         make_compactor(plugins={"tokens": "tokens-tiktoken"}, config={"tokens-tiktoken": {"encoding": "p50k_base"}})
 
 
+def test_the_cache_does_not_keep_the_texts_it_counted():
+    """A process that compacts many sessions counts many large tool results: the cache holds a
+    count per text, not the texts (their memory goes with the sessions)."""
+    import gc
+    import tracemalloc
+
+    plugin = TiktokenTokens()
+    plugin.count_text("warm up")  # the encoding is built before the measure
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        counts = [plugin.count_text(f"result {i}: " + "word " * 40_000) for i in range(20)]
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert counts[0] == len(encoding("o200k_base").encode_ordinary("result 0: " + "word " * 40_000))
+    assert kept < 500_000  # 20 texts of 200,000 characters: 4 MB if the cache kept them
+    assert plugin.count_text("result 3: " + "word " * 40_000) == counts[3]
+
+
+def test_without_tiktoken_the_config_is_refused_when_it_loads(make_compactor, monkeypatch):
+    """Not at the first compaction, in the middle of an agent's run."""
+    monkeypatch.setitem(sys.modules, "tiktoken", None)
+    with pytest.raises(
+        ConfigError, match=r"tokens-tiktoken needs tiktoken: pip install 'progressive-compactor\[tiktoken\]'"
+    ):
+        make_compactor(plugins={"tokens": "tokens-tiktoken"})
+
+
 NETWORK_OFF = r"""
 import json, os, socket, sys
 attempts = []
