@@ -6,7 +6,8 @@ providers the application set up (``opentelemetry.trace.set_tracer_provider`` an
 none set up, OpenTelemetry's no-op providers make it cost next to nothing.
 
 **One span per turn that changed the view** (a tier was carried out and the view's tokens or
-messages changed), named ``compact_context``, a child of whatever span is current (the agent
+messages changed) or in which something went wrong (a compaction that failed and sent the input
+as it was, a session state that could not be read...), named ``compact_context``, a child of whatever span is current (the agent
 framework's model call, for example), timed by the record (it ends at ``record.timestamp`` and
 lasts ``record.duration_ms``). It follows the OpenTelemetry GenAI semantic conventions where they
 apply: ``gen_ai.operation.name`` (``compact_context``, an operation of our own),
@@ -59,6 +60,7 @@ from progressive_compactor.plugin import (
 
 EMERGENCY_NOTE = "emergency fallback: forced truncation"
 ERROR_TYPES = (
+    ("compaction failed", "compaction_failed"),
     ("summarizer failed", "summarizer_failed"),
     ("offload of ", "offload_failed"),
     ("saving session state failed", "state_save_failed"),
@@ -144,11 +146,12 @@ class OtelTelemetry:
             self.summary_tokens.add(record.summarizer_tokens_in, {"gen_ai.token.type": "input"})
         if record.summarizer_tokens_out:
             self.summary_tokens.add(record.summarizer_tokens_out, {"gen_ai.token.type": "output"})
-        if not changed_the_view(record):
+        if changed_the_view(record):
+            tier = record.tier.name.lower()
+            self.compactions.add(1, {"compactor.tier": tier})
+            self.saved.add(max(record.tokens_before - record.tokens_after, 0), {"compactor.tier": tier})
+        elif not causes:
             return
-        tier = record.tier.name.lower()
-        self.compactions.add(1, {"compactor.tier": tier})
-        self.saved.add(max(record.tokens_before - record.tokens_after, 0), {"compactor.tier": tier})
         end = end_ns(record)
         span = self.tracer.start_span(
             self.config.span_name,

@@ -186,3 +186,47 @@ def test_capture_summary_and_the_entry_point(make_compactor):
     plugin = compactor.pm.get_plugin("otel")
     assert isinstance(plugin, OtelTelemetry) and plugin.config.capture_summary is True
     assert plugin.attributes(record, [])["compactor.summary"] == record.summary_text
+
+
+class UnreadableState:
+    from progressive_compactor.plugin import hookimpl
+
+    @hookimpl(tryfirst=True)
+    def load_state(self, session_id):
+        raise OSError("the state's disk is gone")
+
+
+class BrokenCounter:
+    from progressive_compactor.plugin import hookimpl
+
+    @hookimpl(tryfirst=True)
+    def estimate_tokens(self, messages):
+        raise RuntimeError("the counter broke")
+
+
+def test_a_turn_that_went_wrong_has_a_span_even_when_the_view_is_unchanged(make_compactor, telemetry):
+    """A trace shows every turn where something failed: the state that could not be read on a turn
+    that needed no compaction, and a compaction that failed outright (the integration sent the
+    input as it was)."""
+    from progressive_compactor.integrations.common import Compaction
+
+    plugin, spans, reader, _ = telemetry
+    compactor, store = compactor_with(make_compactor, plugin)
+    compactor.pm.register(UnreadableState(), "unreadable")
+    compactor.compact_with_record(build_history([100] * 3), "s")
+    (record,) = store.records
+    assert record.tier is CompactionTier.NONE and not changed_the_view(record)
+    (span,) = spans.get_finished_spans()
+    assert span.attributes["compactor.record_id"] == record.id
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "state_load_failed"
+
+    compactor, store = compactor_with(make_compactor, plugin)
+    compactor.pm.register(BrokenCounter(), "broken")
+    outcome = Compaction(compactor).compact(build_history([100] * 3), "t")
+    assert outcome.failed
+    span = spans.get_finished_spans()[-1]
+    assert span.attributes["gen_ai.conversation.id"] == "t"
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "compaction_failed"
+    assert ({"error.type": "compaction_failed"}, 1) in points(reader, "compactor.errors")
