@@ -342,6 +342,20 @@ def test_configs_with_the_same_file_name_are_told_apart(tmp_path: Path, cfg: Pat
     assert labels == [html.escape(str(cfg)), html.escape(str(copy))]
 
 
+def test_every_panel_of_a_comparison_has_its_own_id(tmp_path: Path, cfg: Path) -> None:
+    """A link of the table, a click on a triangle open the panel of their own run: ids are not
+    cut to the same start when a session's name (or a config's path) is long."""
+    session = write_jsonl(tmp_path / ("agent-session-" + "x" * 60 + ".jsonl"), synthetic_history())
+    other = tmp_path / "other.yaml"
+    other.write_text(cfg.read_text("utf-8"), "utf-8")
+    out = tmp_path / "cmp.html"
+    assert run("report", session, "-c", cfg, "-c", other, "-o", out).exit_code == 0
+    page = out.read_text("utf-8")
+    ids = re.findall(r"<details class=panel id='(compaction-[^']+)'>", page)
+    assert len(ids) > 2 and len(set(ids)) == len(ids)
+    assert sorted(re.findall(r"<td class=where><a href='#([^']+)'>", page)) == sorted(ids)
+
+
 def test_comparison_function_for_other_commands(tmp_path: Path, cfg: Path) -> None:
     """``render_page`` takes any list of runs: what ``compactor ab`` can call with its replays."""
     _, first, _ = replay_data(cfg, rounds=12, label="A")

@@ -33,6 +33,7 @@ when a report is drawn.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import itertools
 from datetime import datetime, timezone
@@ -890,7 +891,12 @@ def price_table(prices: PriceTable) -> str:
 
 
 def _panel_id(data: ReportData, c: Compaction) -> str:
-    key = "".join(ch if ch.isalnum() else "-" for ch in data.name)[:60]
+    """``compaction-{run}-{x}``: the run's name, other characters than letters and digits as ``-``;
+    a long name is cut, and a digest of it whole added, so that two runs never share an id."""
+    name = data.name
+    key = "".join(ch if ch.isalnum() else "-" for ch in name)
+    if len(key) > 60:
+        key = f"{key[:48]}-{hashlib.blake2b(name.encode('utf-8', 'surrogatepass'), digest_size=4).hexdigest()}"
     return f"compaction-{key}-{c.x}"
 
 
