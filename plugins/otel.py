@@ -226,7 +226,11 @@ class OtelTelemetry:
     @hookimpl(wrapper=True)
     def asummarize(self, request: SummaryRequest) -> Generator[None, Any, Awaitable[SummaryResult] | None]:
         started = time.perf_counter()
-        pending: Awaitable[SummaryResult] | None = yield
+        try:
+            pending: Awaitable[SummaryResult] | None = yield
+        except Exception as exc:  # it failed before giving anything to await
+            self._timed(started, type(exc).__name__)
+            raise
         if pending is None:
             return None
 

@@ -230,3 +230,23 @@ def test_a_turn_that_went_wrong_has_a_span_even_when_the_view_is_unchanged(make_
     assert span.status.status_code is StatusCode.ERROR
     assert span.attributes["error.type"] == "compaction_failed"
     assert ({"error.type": "compaction_failed"}, 1) in points(reader, "compactor.errors")
+
+
+def test_an_async_summarizer_that_fails_before_its_await_is_timed_as_a_failure(make_compactor, telemetry):
+    plugin, spans, reader, _ = telemetry
+    history = build_history([3000] * 12)
+
+    class Refusing:
+        from progressive_compactor.plugin import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def asummarize(self, request):
+            raise ConnectionError("no route to the summarizer")
+
+    compactor, store = compactor_with(make_compactor, plugin, context_window=int(9000 / 0.85))
+    compactor.pm.register(Refusing(), "refusing")
+    asyncio.run(compactor.acompact_with_record(history, "s"))
+    assert store.records[-1].errors[0].startswith("summarizer failed")
+    latency = points(reader, "compactor.summarizer.duration")
+    assert [(a.get("error.type"), p.count) for a, p in latency] == [("ConnectionError", 1)]
+    assert spans.get_finished_spans()[-1].attributes["error.type"] == "summarizer_failed"
