@@ -356,6 +356,19 @@ def test_every_panel_of_a_comparison_has_its_own_id(tmp_path: Path, cfg: Path) -
     assert sorted(re.findall(r"<td class=where><a href='#([^']+)'>", page)) == sorted(ids)
 
 
+def test_panel_ids_are_ascii_and_apart_for_sessions_named_in_other_scripts(tmp_path: Path, cfg: Path) -> None:
+    """The page's script opens the panel a link names: the browser hands it the link percent-encoded
+    when it is not ASCII, and no element has that id."""
+    names = ["会话", "セッ"]
+    for name in names:
+        write_jsonl(tmp_path / f"{name}.jsonl", synthetic_history())
+    out = tmp_path / "cmp.html"
+    assert run("report", *(tmp_path / f"{n}.jsonl" for n in names), "-c", cfg, "-o", out).exit_code == 0
+    ids = re.findall(r"<details class=panel id='(compaction-[^']+)'>", out.read_text("utf-8"))
+    assert len(ids) > 2 and len(set(ids)) == len(ids)
+    assert all(i.isascii() for i in ids)
+
+
 def test_comparison_function_for_other_commands(tmp_path: Path, cfg: Path) -> None:
     """``render_page`` takes any list of runs: what ``compactor ab`` can call with its replays."""
     _, first, _ = replay_data(cfg, rounds=12, label="A")

@@ -891,11 +891,13 @@ def price_table(prices: PriceTable) -> str:
 
 
 def _panel_id(data: ReportData, c: Compaction) -> str:
-    """``compaction-{run}-{x}``: the run's name, other characters than letters and digits as ``-``;
-    a long name is cut, and a digest of it whole added, so that two runs never share an id."""
+    """``compaction-{run}-{x}``: the run's name, other characters than ASCII letters and digits as
+    ``-`` (a browser gives the page's script a link's other characters percent-encoded); a long
+    name is cut, and to a cut name or one that was not ASCII a digest of it whole is added, so
+    that two runs never share an id."""
     name = data.name
-    key = "".join(ch if ch.isalnum() else "-" for ch in name)
-    if len(key) > 60:
+    key = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in name)
+    if len(key) > 60 or not name.isascii():
         key = f"{key[:48]}-{hashlib.blake2b(name.encode('utf-8', 'surrogatepass'), digest_size=4).hexdigest()}"
     return f"compaction-{key}-{c.x}"
 
