@@ -304,6 +304,10 @@ def test_replay_of_sessions_whose_names_hold_brackets(tmp_path: Path, cfg: Path)
     assert re.search(r"^1 +a\[green\] ", out, re.M) and re.search(r"^2 +b\[bold\] ", out, re.M)  # a row each
     two = run("replay", *(tmp_path / f"{n}.jsonl" for n in names[:2]), "-c", cfg).stdout
     assert re.search(r"^ +a\[green\] +b\[bold\]$", two, re.M)  # a column each
+    hostile = "d\x1b[2J"  # a file name that would clear the screen
+    write_jsonl(tmp_path / f"{hostile}.jsonl", synthetic_history(4))
+    headed = run("replay", tmp_path / f"{hostile}.jsonl", tmp_path / "c.jsonl", "-c", cfg).stdout
+    assert "\x1b" not in headed and "── d\\x1b[2J" in headed and "── c" in headed
 
 
 def test_escape_sequences_in_a_record_never_reach_the_terminal(tmp_path: Path) -> None:

@@ -233,8 +233,20 @@ def replay(
     \b
     Example: compactor replay session.jsonl other.jsonl -w 16000 --details
     """
+    from rich.markup import escape
+
     from ..notice import changed_view
-    from .render import Command, Where, compaction_detail, is_tty, notice_text, print_all, replay_progress, summary_view
+    from .render import (
+        Command,
+        Where,
+        compaction_detail,
+        is_tty,
+        notice_text,
+        print_all,
+        replay_progress,
+        summary_view,
+        visible,
+    )
 
     paths = expand_inputs(files)
     cfg = load_cli_config(config, context_window=context_window)
@@ -256,9 +268,9 @@ def replay(
             calls = 0
             if task is not None:
                 progress.remove_task(task)
-            task = progress.add_task(sid, total=total)
+            task = progress.add_task(escape(visible(sid)), total=total)  # the bar reads markup
             if not as_json and len(paths) > 1:
-                notices.print(f"── {sid}", style="bold", markup=False, soft_wrap=True)
+                notices.print(f"── {visible(sid)}", style="bold", markup=False, soft_wrap=True)
 
         def on_turn(turn: Any) -> None:
             nonlocal calls
