@@ -69,9 +69,11 @@ def determine_tier(ratio: float, tokens: int, context_window: int, turn: TurnCon
 
     Called once per turn on the view that would be sent (the system message, the user's request
     pinned once a summary covers it, the compaction message and every message the summary does
-    not cover), and again after a Soft or Full
-    compaction, where anything at Soft or above makes the loop guard escalate. The default,
-    ``policy-thresholds``, applies 60/70/80/95 %.
+    not cover), and again after a Soft or Full compaction (``turn.after_compaction``), where
+    anything at Soft or above makes the loop guard escalate: a policy that compacts below the
+    thresholds for another reason than the window's share must not say so then, or a compaction
+    with nothing to fold escalates to truncation. The default, ``policy-thresholds``, applies
+    60/70/80/95 %.
     Stops at the first non-None result; ``None`` means "no opinion" (tier None if nobody answers).
 
     :param ratio: ``tokens / context_window``.

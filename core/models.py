@@ -273,6 +273,10 @@ class TurnContext:
     """A manual compaction (``compact_force``): the tier is Emergency whatever the policy says."""
     system_tokens: int = 0
     """Estimated tokens of the system message, which no compaction makes smaller."""
+    after_compaction: bool = False
+    """The loop guard asks again after a Soft or Full compaction of this turn: the view is the
+    compacted one, which may be no smaller (there was nothing to fold), and only the window's
+    share should decide whether it escalates."""
 
 
 @attrs.frozen

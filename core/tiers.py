@@ -182,7 +182,8 @@ class TierRunner:
             if tier < CompactionTier.SOFT:
                 return tier
             tokens = self.view_tokens(cache, work)
-            if self.hooks.determine_tier(tokens, window, work.context) < CompactionTier.SOFT:
+            recheck = attrs.evolve(work.context, after_compaction=True)
+            if self.hooks.determine_tier(tokens, window, recheck) < CompactionTier.SOFT:
                 return tier
             work.escalations.append(
                 f"loop guard: {tier.label} left the view at {tokens / window:.0%} of the window; escalating"

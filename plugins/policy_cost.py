@@ -151,8 +151,10 @@ class CostPolicy:
         if tier >= CompactionTier.SOFT:
             return tier
         # The cost trigger judges the view a turn starts with; after a compaction in the same
-        # turn the loop guard asks again with a smaller one, and only the thresholds decide that.
-        if tokens >= turn.view_tokens and tokens >= self.cycle(tokens, turn).trigger:
+        # turn the loop guard asks again, and only the thresholds decide that: the view may be
+        # no smaller (all of it in the protected tail), and asking the trigger again would
+        # escalate to an Emergency truncation far below the window's limits.
+        if not turn.after_compaction and tokens >= turn.view_tokens and tokens >= self.cycle(tokens, turn).trigger:
             return CompactionTier.SOFT
         return tier
 

@@ -285,3 +285,25 @@ def test_a_summarizing_compaction_saves_where_it_landed(tmp_path):
     compactor.close()
     assert record.tier >= CompactionTier.SOFT
     assert (state.landed_tokens, state.landed_messages) == (record.tokens_after, len(history))
+
+
+def test_a_cost_trigger_with_nothing_to_summarize_does_not_escalate_to_truncation(make_compactor):
+    """The cost trigger fires on a view far below the thresholds whose tokens are all in the
+    protected tail (one reply with many parallel tool calls). Soft and Full have nothing to fold,
+    so the view stays as large: the loop guard must judge it by the thresholds, not ask the cost
+    trigger again and escalate to an Emergency truncation at 14 % of the window."""
+    from progressive_compactor.testing import filler, tool_call
+
+    ids = [f"c{i}" for i in range(24)]
+    history = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the parser."}]
+    history.append(
+        {"role": "assistant", "content": "Reading.", "tool_calls": [tool_call(i, f"cat {i}.py") for i in ids]}
+    )
+    history += [{"role": "tool", "tool_call_id": i, "content": filler(3000, i)} for i in ids]
+    compactor = make_compactor("default", context_window=128_000)
+    tokens = estimate(history)
+    assert tokens >= compactor.pm.get_plugin("policy-cost").cycle(tokens, turn(tokens, len(history))).trigger
+    view, record = compactor.compact_with_record(history)
+    assert not record.fallback and record.errors == (), (record.errors, record.escalations)
+    assert record.tier < CompactionTier.FULL
+    assert view == history
