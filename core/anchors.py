@@ -82,11 +82,13 @@ def parse_markdown(text: str) -> ParsedSummary:
             if anchor is not None:
                 current = sections.setdefault(anchor, [])
                 continue
-            if title in ("summary", "prose", "context", "context compaction"):
+            if title in _PROSE_TITLES:
                 current = prose
                 continue
         if line.strip() == COMPACTION_MARKER:
             continue
+        if line.startswith("\\") and _structural(line.lstrip("\\")):
+            line = line[1:]  # a line of content that reads as a section heading, as format_summary escaped it
         current.append(line)  # type: ignore[union-attr]
     anchors = []
     missing = []
@@ -97,6 +99,28 @@ def parse_markdown(text: str) -> ParsedSummary:
             content = NOT_AVAILABLE
         anchors.append(Anchor(t, content))
     return ParsedSummary(tuple(anchors), "\n".join(prose).strip(), tuple(missing))
+
+
+_PROSE_TITLES = ("summary", "prose", "context", "context compaction")
+
+
+def _structural(line: str) -> bool:
+    """Whether :func:`parse_markdown` reads ``line`` as structure rather than content: a heading
+    that starts a section (``## Next Steps``, ``**Summary**``) or the compaction marker."""
+    m = _HEADING.match(line)
+    if m is not None and (_title(m) in _ALIASES or _title(m) in _PROSE_TITLES):
+        return True
+    return line.strip() == COMPACTION_MARKER
+
+
+def _escaped(content: str) -> str:
+    """``content`` with a backslash before each line that :func:`parse_markdown` would read as
+    structure (a user's request with its own ``## Context`` section, a prose line ``**Summary**``),
+    or that is such a line escaped already: the text reads back as it was written."""
+    lines = content.splitlines()  # as parse_markdown splits them
+    if not any(_structural(line.lstrip("\\")) for line in lines):
+        return content
+    return "\n".join("\\" + line if _structural(line.lstrip("\\")) else line for line in lines)
 
 
 _ORDER = tuple(AnchorType)
@@ -416,8 +440,8 @@ def format_summary(anchors: Sequence[Anchor], prose: str) -> str:
     """Summary text in the format :func:`parse_markdown` reads."""
     parts = []
     for a in complete(anchors):
-        parts.append(f"## {ANCHOR_TITLES[a.type]}\n{a.content.strip() or NOT_AVAILABLE}")
-    parts.append(f"## {PROSE_TITLE}\n{prose.strip() or NOT_AVAILABLE}")
+        parts.append(f"## {ANCHOR_TITLES[a.type]}\n{_escaped(a.content.strip()) or NOT_AVAILABLE}")
+    parts.append(f"## {PROSE_TITLE}\n{_escaped(prose.strip()) or NOT_AVAILABLE}")
     return "\n\n".join(parts)
 
 

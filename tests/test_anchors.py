@@ -136,6 +136,42 @@ def test_format_and_parse_round_trip():
     assert again == parsed
 
 
+_LINES = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30),
+    st.sampled_from(
+        ["## Summary", "## Next Steps", "**Progress**", "# Intent", "### Context:", COMPACTION_MARKER, "\\## Summary"]
+    ),
+)
+_CONTENT = st.lists(_LINES, min_size=1, max_size=5).map("\n".join).filter(str.strip)
+
+
+def _read_back(text: str) -> str:
+    """``text`` as parse_markdown gives a section back: its lines, stripped."""
+    return "\n".join(text.strip().splitlines()).strip()
+
+
+@given(contents=st.lists(_CONTENT, min_size=5, max_size=5), prose=_CONTENT)
+def test_any_anchor_text_reads_back_as_it_was_written(contents, prose):
+    """A user's request with its own Markdown sections (``## Context``, ``**Progress**``) is
+    kept verbatim in the intent: read back, it must not open another anchor or the prose."""
+    anchors = tuple(Anchor(t, c) for t, c in zip(AnchorType, contents, strict=True))
+    parsed = parse_markdown(format_summary(anchors, prose))
+    assert [a.content for a in parsed.anchors] == [_read_back(c) for c in contents]
+    assert parsed.prose == _read_back(prose) and parsed.missing == ()
+
+
+def test_a_request_with_its_own_sections_stays_in_the_intent(make_compactor):
+    request = "## Task\nFix the login bug.\n\n## Context\nWe use Django 4.2.\n\n## Progress\nNothing done yet."
+    history = build_history([1500] * 12, request=request)
+    compactor = make_compactor(context_window=window_for(history, 0.75))  # classic: whole summaries
+    record = compactor.compact_with_record(history)[1]
+    anchors = {a.type: a.content for a in compactor.state().anchors}
+    assert record.tier is CompactionTier.SOFT
+    assert anchors[AnchorType.USER_INTENT] == request
+    assert "Nothing done yet" not in anchors[AnchorType.EXECUTION_PROGRESS]
+    assert "Django" not in (compactor.state().summary or "")
+
+
 def test_complete_orders_and_fills():
     anchors = complete([Anchor(AnchorType.NEXT_STEP, "x")])
     assert [a.type for a in anchors] == list(AnchorType)
