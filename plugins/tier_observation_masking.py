@@ -17,13 +17,28 @@ import attrs
 from progressive_compactor.plugin import Message, TierInput, TierPlan, hookimpl, replace_content, setting_check, text_of
 
 
+def _fills(placeholder: str) -> bool:
+    """Whether ``placeholder`` can be filled with the size of a masked output."""
+    try:
+        placeholder.format(lines=1, chars=1)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return False
+    return True
+
+
 class ObservationMaskingTier:
     @attrs.frozen
     class Config:
         keep_recent: int = attrs.field(
             default=10, validator=setting_check(lambda v: v >= 0, "keep_recent must be 0 or more, got {value}")
         )
-        placeholder: str = "[Old tool output omitted for brevity: {lines} lines]"
+        placeholder: str = attrs.field(
+            default="[Old tool output omitted for brevity: {lines} lines]",
+            validator=setting_check(
+                _fills,
+                "placeholder may name only {{lines}} and {{chars}} (write {{{{ and }}}} for a brace), got {value!r}",
+            ),
+        )
         """``{lines}`` and ``{chars}`` are replaced by the size of the masked output."""
 
     def __init__(self, config: Config | None = None):

@@ -107,6 +107,21 @@ def test_observation_masking_keeps_only_the_ten_newest_results(make_compactor):
     assert later and all(b.cache_stable_tokens < b.view_tokens for b in later)
 
 
+def test_observation_masking_rejects_a_placeholder_it_cannot_fill(compactor_factory):
+    """A placeholder field other than ``{lines}`` and ``{chars}`` is a config error naming the
+    field, not a KeyError on every turn once the policy reaches the tier."""
+    bad = {"tier-observation-masking": {"placeholder": "[omitted: {bytes} bytes]"}}
+    with pytest.raises(ConfigError) as info:
+        load_config("baseline-masking", config=bad)
+    (problem,) = info.value.problems
+    assert "{lines}" in problem and "{bytes}" in problem
+    assert problem.endswith("@ $.config.tier-observation-masking.placeholder")
+    braces = {"tier-observation-masking": {"placeholder": "{{omitted}} {lines} lines, {chars} chars"}}
+    compactor = compactor_factory(braces, base="baseline-masking", context_window=100_000)
+    view = compactor.compact(build_history([400] * 12))
+    assert "{omitted} 6 lines, 400 chars" in [m["content"] for m in view]
+
+
 def test_truncation_baseline_never_calls_the_summarizer(make_compactor):
     result = replay_session(session(), make_compactor("baseline-truncation", context_window=8000), "s")
     assert result.summarizer_calls == 0
