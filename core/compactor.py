@@ -350,7 +350,9 @@ class ProgressiveCompactor:
         if work.state is not state:
             work.state = attrs.evolve(work.state, version=state.version + 1)
             if tier >= CompactionTier.SOFT:  # where this compaction landed, for the policy's next turns
-                work.state = attrs.evolve(work.state, landed_tokens=tokens_after, landed_messages=len(history))
+                # in the corrected counts the policy compares it with (and the record says)
+                landed = corrected(tokens_after, ratio)
+                work.state = attrs.evolve(work.state, landed_tokens=landed, landed_messages=len(history))
             save_errors: list[str] = []
             # A stale turn (an earlier one sent again) saves nothing: the newer state stays.
             saved = False if stale else self._save_state(sid, cache, work.state, save_errors)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from progressive_compactor import CompactionTier, ProgressiveCompactor
 from progressive_compactor.models import Message
 from progressive_compactor.plugin_manager import Hooks
-from progressive_compactor.testing import build_history, estimate, filler, problems, tool_call
+from progressive_compactor.testing import build_history, estimate, filler, problems, tool_call, tool_turn
 from progressive_compactor.usage import CorrectedHooks, corrected
 
 THRESHOLDS = (
@@ -149,6 +149,27 @@ def test_loop_guard_judges_the_summary_in_true_tokens(make_compactor):
     assert record.escalations and record.escalations[0].startswith("loop guard: Soft left the view at 7")
     assert provider(view, 1.3) < 0.70 * WINDOW
     assert problems(view) == []
+
+
+def test_where_a_compaction_landed_is_saved_in_the_counts_the_policy_compares(make_compactor):
+    """``policy-cost`` measures growth and waits for it past ``landed_tokens`` with the turn's
+    corrected counts: the landing must be saved in them too, not in the estimator's (at a ratio
+    of 2 a compaction looked as if it had landed at half its size)."""
+    history = build_history([3000] * 4)
+    compactor = make_compactor("default", context_window=200_000)
+    compactor.observe_usage("s", provider(compactor.compact(history, "s"), 2.0))
+    for i in range(30):
+        history += tool_turn(f"n{i}", 6000)
+        view, record = compactor.compact_with_record(history, "s")
+        compactor.observe_usage("s", provider(view, 2.0))
+        if record.tier >= CompactionTier.SOFT:
+            break
+    assert record.tier is CompactionTier.SOFT and record.token_correction == pytest.approx(2.0, abs=0.01)
+    state = compactor.state("s")
+    assert state.landed_tokens == record.tokens_after
+    added = tool_turn("after", 6000)
+    following = compactor.compact_with_record(history + added, "s")[1]
+    assert following.tokens_before - state.landed_tokens == pytest.approx(provider(added, 2.0), rel=0.01)
 
 
 def test_async_turns_are_anchored_too(make_compactor):
