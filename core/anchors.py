@@ -308,9 +308,10 @@ def _stated(instruction: str, lines: Collection[str], everything: str) -> bool:
 
 
 def _beyond_request(intent: str, request: str | None) -> list[str]:
-    """The lines of ``intent`` that are not the request's (nor ``N/A``)."""
+    """The lines of ``intent`` that are not the request's (nor ``N/A``, nor the note that says
+    where the pinned request is: the view's to write, which a summarizer shown it may copy)."""
     request_lines = _request_lines(request) if request else frozenset()
-    return [line for line in _lines(intent) if line not in request_lines and line != NOT_AVAILABLE]
+    return [line for line in _lines(intent) if line not in request_lines and line not in _NOT_INTENT]
 
 
 @functools.lru_cache(maxsize=256)
@@ -446,6 +447,7 @@ def format_summary(anchors: Sequence[Anchor], prose: str) -> str:
 
 
 PINNED_REQUEST_NOTE = "The user's request is the message before this summary, word for word."
+_NOT_INTENT = frozenset((NOT_AVAILABLE, PINNED_REQUEST_NOTE))
 
 
 def without_request(anchors: Sequence[Anchor], request: str) -> tuple[Anchor, ...]:

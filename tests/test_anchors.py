@@ -15,6 +15,7 @@ from progressive_compactor.anchors import (
     _HEADING,
     COMPACTION_MARKER,
     MAX_ANCHOR_LINES,
+    PINNED_REQUEST_NOTE,
     _title,
     compaction_message_text,
     complete,
@@ -333,6 +334,24 @@ def test_incomplete_anchors_become_na_and_the_error_says_so(make_compactor):
     )
     assert not record.fallback
     assert history[1]["content"] in view[1]["content"]
+
+
+@pytest.mark.parametrize("config", ["default", "classic"])
+def test_a_summary_that_copies_the_pinned_request_note_does_not_keep_it(make_compactor, config):
+    """A summarizer shown the view (cache-friendly requests) copies the compaction message's
+    intent, the note that the request is pinned before it included. The note is the view's to
+    write: kept in the state, it came twice after the next compaction, and where the request is
+    not pinned it would say the request is a message that is not there."""
+    history = build_history([3000] * 10)
+    request = history[1]["content"]
+    text = f"## User Intent\n{PINNED_REQUEST_NOTE}\n{request}\n\n## Summary\nshort"
+    summarizer = RecordingSummarizer(text=text)
+    compactor = make_compactor(config, context_window=window_for(history, 0.85), extra_plugins=[("s", summarizer)])
+    view, record = compactor.compact_with_record(history)
+    assert record.tier >= CompactionTier.SOFT and summarizer.calls
+    assert by_type(record.anchors)[AnchorType.USER_INTENT] == request
+    message = compaction_message(view)["content"]
+    assert message.count(PINNED_REQUEST_NOTE) == (1 if compactor.config.pin_request else 0)
 
 
 def test_a_parse_anchors_plugin_replaces_the_markdown_reader(make_compactor):
