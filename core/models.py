@@ -250,8 +250,9 @@ class SessionState:
     for the session's life, whatever later happens to the experiment's weights or name."""
     landed_tokens: int = 0
     """Estimated tokens of the view the last summarizing or emergency compaction left, corrected
-    by the provider's usage as the turn's counts are (0: none yet). With ``landed_messages``, what a policy needs to know how fast the session grows and
-    where its last compaction landed, whichever worker served it."""
+    by the provider's usage as the turn's counts are (0: none yet). With ``landed_messages``,
+    what a policy needs to know how fast the session grows and where its last compaction landed,
+    whichever worker served it."""
     landed_messages: int = 0
     """Messages of the caller's history at that compaction."""
 

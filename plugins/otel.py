@@ -7,8 +7,8 @@ none set up, OpenTelemetry's no-op providers make it cost next to nothing.
 
 **One span per turn that changed the view** (a tier was carried out and the view's tokens or
 messages changed) or in which something went wrong (a compaction that failed and sent the input
-as it was, a session state that could not be read...), named ``compact_context``, a child of whatever span is current (the agent
-framework's model call, for example), timed by the record (it ends at ``record.timestamp`` and
+as it was, a session state that could not be read...), named ``compact_context``, a child of
+whatever span is current (the agent framework's model call, for example), timed by the record (it ends at ``record.timestamp`` and
 lasts ``record.duration_ms``). It follows the OpenTelemetry GenAI semantic conventions where they
 apply: ``gen_ai.operation.name`` (``compact_context``, an operation of our own),
 ``gen_ai.conversation.id`` (the session id), ``gen_ai.usage.input_tokens`` and

@@ -16,8 +16,9 @@ The first term grows with ``D``, the last shrinks: the cheapest ``D`` is
 default prices ($3 input, $0.30 cached, $15 output per million) and what the corpus shows (``g`` ≈
 550 tokens a turn, a summary written as a delta of ``S`` ≈ 400 tokens, ``R`` ≈ 600 tokens of
 request besides the messages, ``L`` ≈ 2,500 to 6,000) that is about 7,300 to 9,400 tokens:
-compacting at 10,000 to 15,000 tokens costs less than waiting for 70 % of a 128k window. Without a prompt cache (``cached_input`` equal to ``input``) the break costs
-nothing and ``D`` comes out smaller still.
+compacting at 10,000 to 15,000 tokens costs less than waiting for 70 % of a 128k window.
+Without a prompt cache (``cached_input`` equal to ``input``) the break costs nothing and ``D``
+comes out smaller still.
 
 The plugin keeps nothing in memory: ``g`` and ``L`` come from the session's state, which the core
 updates at each compaction (``landed_tokens``, ``landed_messages``): ``g`` is what the view grew
