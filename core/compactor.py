@@ -47,7 +47,7 @@ from .session_cache import SessionCache
 from .session_memory import SessionMemory
 from .tiers import Summarized, TierRunner, TurnWork
 from .tools import read_result
-from .usage import UsageAnchors, corrected
+from .usage import NO_CORRECTION, Correction, UsageAnchors, corrected
 from .validation import config_from_dict, load_config
 
 log = logging.getLogger("progressive_compactor")
@@ -99,7 +99,7 @@ class ProgressiveCompactor:
         self.hooks = Hooks(self.pm, {tier: roles[role] for tier, role in TIER_ROLES.items()}, self.secrets)
         self._plugin_names = {role: name for role, name in roles.items() if name != "none"}
         self._tiers = TierRunner(self.config, self.hooks, self.secrets)
-        self._usage = UsageAnchors()
+        self._usage = UsageAnchors(config.context_window)
         self._memory = SessionMemory(config.cached_sessions, self._usage)
         """The sessions' caches (the most recently compacted), and a lock per session served."""
 
@@ -165,10 +165,12 @@ class ProgressiveCompactor:
         ``input_tokens`` is the whole prompt the provider reported for the request that sent that
         view (OpenAI's ``prompt_tokens``/``input_tokens``; Anthropic's ``input_tokens`` plus its
         ``cache_creation_input_tokens`` and ``cache_read_input_tokens``). From then on the
-        session's token counts are the estimator's times ``reported ÷ estimated`` (kept between
-        0.25 and 4), so the tiers fire at the real share of the window; the record of every turn
-        says the ratio it applied (``token_correction``). Returns the new ratio, or None when no
-        view was returned for the session yet. See ``progressive_compactor.usage``.
+        session's views count ``offset + scale × estimate``: the scale is the estimator's error,
+        the offset what the provider counts besides the messages (tool definitions), both learnt
+        from the reports; so the tiers fire at the real share of the window. The record of every
+        turn says what it applied (``token_correction``, the scale; ``token_offset``). Returns
+        ``reported ÷ estimated`` for the view (kept between 0.25 and 4), or None when no view
+        was returned for the session yet. See ``progressive_compactor.usage``.
         """
         return self._usage.observe(self._session_id(session_id), input_tokens)
 
@@ -275,9 +277,9 @@ class ProgressiveCompactor:
         started = time.perf_counter()
         sid = self._session_id(session_id)
         lost: list[TurnWork] = []  # attempts whose save lost: their summaries were paid, their offloads written
-        ratio = self._usage.ratio(sid)  # the provider's count over the estimate (1: none reported)
+        correction = self._usage.correction(sid)  # the provider's count of a view (none: not reported)
         for attempt in range(1, SAVE_ATTEMPTS + 1):
-            done = yield from self._attempt(history, sid, force, ratio, last=attempt == SAVE_ATTEMPTS)
+            done = yield from self._attempt(history, sid, force, correction, last=attempt == SAVE_ATTEMPTS)
             if not isinstance(done, TurnWork):
                 break
             lost.append(done)
@@ -291,32 +293,33 @@ class ProgressiveCompactor:
             # these results offloaded already, and only this record says which call did it.
             work.offloaded += [entry for entry in earlier.offloaded if entry not in work.offloaded]
         out = cache.renewed(out)
-        stable = corrected(cache.stable_prefix_tokens(out, after, messages), ratio)
+        stable = correction.total(cache.stable_prefix_tokens(out, after, messages))
         self._usage.returned(sid, after)
-        before, after = corrected(before, ratio), corrected(after, ratio)
+        before, after = correction.total(before), correction.total(after)
         record = self._record(
-            work, tier, requested, started, before, after, msgs_before, len(out), repairs, stable, ratio
+            work, tier, requested, started, before, after, msgs_before, len(out), repairs, stable, correction
         )
         self.hooks.persist_record(record)
         return out, record
 
     def _attempt(
-        self, history: History, sid: str, force: bool, ratio: float, *, last: bool
+        self, history: History, sid: str, force: bool, correction: Correction, *, last: bool
     ) -> Generator[SummaryRequest, Summarized, Any]:
         """Compute the view once. When the new state loses its compare-and-set save, return the
         work done and start over (not on the ``last`` attempt, which keeps its view and records
-        that the state was not saved). The tier is decided on the estimator's counts times
-        ``ratio`` (provider usage anchoring); the counts returned are the estimator's own."""
+        that the state was not saved). The tier is decided on the estimator's counts as
+        ``correction`` corrects them (provider usage anchoring); the counts returned are the
+        estimator's own."""
         window = self.config.context_window
-        tiers = self._tiers if ratio == 1.0 else TierRunner(self.config, self.hooks, self.secrets, ratio)
+        tiers = self._tiers if correction.none else TierRunner(self.config, self.hooks, self.secrets, correction)
         cache = self._cache(sid, history)
         state, reset_errors, stale = self._load_state(sid, cache)
         recent = cache.recent(state)
         cache.refresh(state, self._tiers.compaction_message_for(sid))
         tokens_before = cache.system_tokens + cache.compaction_tokens + cache.uncovered_tokens + recent.tokens
         msgs_before = len(cache.head()) + len(cache.uncovered) + len(recent.messages)
-        tokens = corrected(tokens_before, ratio)
-        system_tokens = corrected(cache.system_tokens, ratio)
+        tokens = correction.total(tokens_before)
+        system_tokens = correction.total(cache.system_tokens)  # the provider's offset, like it, never shrinks
         context = TurnContext(sid, window, tokens, msgs_before, len(history), state, force, system_tokens)
         requested = CompactionTier.EMERGENCY if force else self.hooks.determine_tier(tokens, window, context)
         work = TurnWork(sid, context, state, [], stable=len(cache.uncovered), compaction=cache.compaction)
@@ -332,7 +335,7 @@ class ProgressiveCompactor:
             return unchanged(requested)
         work.uncovered = cache.uncovered + recent.messages
         counts = cache.uncovered_counts + recent.counts
-        work.counts = counts if ratio == 1.0 else [corrected(c, ratio) for c in counts]
+        work.counts = counts if correction.none else [corrected(c, correction.scale) for c in counts]
         if self.config.summary_requests == "cache-friendly":
             work.sent = cache.head() + work.uncovered
         tier = yield from tiers.run(cache, work, requested, tokens)
@@ -345,13 +348,13 @@ class ProgressiveCompactor:
             view, fixed = repair_tool_pairs(view)
             repairs += fixed
             work.errors.append(f"repaired view: {problems[0]}")
-        kept_in_step = not fixed_view and ratio == 1.0  # else the counts are corrected: estimate afresh
+        kept_in_step = not fixed_view and correction.none  # else the counts are corrected: estimate afresh
         tokens_after = self._tiers.view_tokens(cache, work) if kept_in_step else sum(self.hooks.estimate_tokens(view))
         if work.state is not state:
             work.state = attrs.evolve(work.state, version=state.version + 1)
             if tier >= CompactionTier.SOFT:  # where this compaction landed, for the policy's next turns
                 # in the corrected counts the policy compares it with (and the record says)
-                landed = corrected(tokens_after, ratio)
+                landed = correction.total(tokens_after)
                 work.state = attrs.evolve(work.state, landed_tokens=landed, landed_messages=len(history))
             save_errors: list[str] = []
             # A stale turn (an earlier one sent again) saves nothing: the newer state stays.
@@ -378,7 +381,7 @@ class ProgressiveCompactor:
         msgs_after: int,
         repairs: int,
         stable_tokens: int,
-        ratio: float = 1.0,
+        correction: Correction = NO_CORRECTION,
     ) -> CompactionRecord:
         summarized = tier >= CompactionTier.SOFT
         redact = self.secrets.redact
@@ -412,7 +415,8 @@ class ProgressiveCompactor:
             summarizer_tokens_in_cached=work.tokens_in_cached,
             summarizer_calls=work.summarizer_calls,
             context_window=self.config.context_window,
-            token_correction=round(ratio, 4),
+            token_correction=round(correction.scale, 4),
+            token_offset=correction.offset,
         )
 
     # --- the session's cache and state --------------------------------------------------------

@@ -210,7 +210,8 @@ def fallback_compact(
     :param budget: tokens the result should take.
     :param estimate: the token count of each message, as the core counts them.
     :param limit: tokens the result may never exceed (the context window): the newest exchange
-        may go past the budget up to it.
+        may go past the budget up to it. Both leave out what the provider counts besides the
+        messages, when its reports taught the compactor that (tool definitions).
     """
 
 

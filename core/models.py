@@ -333,8 +333,11 @@ class CompactionRecord:
     summarizer_calls: int = 0
     context_window: int = 0
     token_correction: float = 1.0
-    """The session's ratio of the provider's reported count to the estimate, applied to every
-    count of this call (``observe_usage``); 1.0 when no usage was reported."""
+    """The scale of the provider's count over the estimate that the session's reports gave
+    (``observe_usage``), applied to every count of this call; 1.0 when no usage was reported."""
+    token_offset: int = 0
+    """The tokens the provider counts besides the messages (tool definitions), learnt from the
+    session's reports and added once to every view's count of this call; 0 when none."""
 
     def summary(self) -> str:
         """What this call did, as the notice says it (one line for a call that needed nothing)::

@@ -48,7 +48,7 @@ from .plugin_manager import Hooks
 from .redaction import SecretRegistry, redact_data
 from .session_cache import SessionCache
 from .tools import placeholder_handle
-from .usage import CorrectedHooks, corrected
+from .usage import NO_CORRECTION, CorrectedHooks, Correction, corrected
 
 PLACEHOLDER_CHARS = 1700
 """About the size of an offload placeholder, to judge what an offload saves before doing it."""
@@ -114,13 +114,17 @@ class TurnWork:
 class TierRunner:
     """Carries out tiers for one compactor (its config, hooks and secrets)."""
 
-    def __init__(self, config: CompactorConfig, hooks: Hooks, secrets: SecretRegistry, ratio: float = 1.0):
-        """``ratio`` corrects every token count of the turn (provider usage anchoring): the
-        counts in :class:`TurnWork` must be corrected by the caller, the rest is done here."""
+    def __init__(
+        self, config: CompactorConfig, hooks: Hooks, secrets: SecretRegistry, correction: Correction = NO_CORRECTION
+    ):
+        """``correction`` corrects every token count of the turn (provider usage anchoring): the
+        counts in :class:`TurnWork` must be corrected by the caller, the rest is done here (the
+        messages count ``scale ×`` their estimate; the offset is counted once per view)."""
         self.config = config
-        self.hooks = hooks if ratio == 1.0 else CorrectedHooks(hooks, ratio)
+        self.hooks = hooks if correction.none else CorrectedHooks(hooks, correction.scale)
         self.secrets = secrets
-        self.ratio = ratio
+        self.ratio = correction.scale
+        self.offset = correction.offset
         self._last_message: tuple[tuple[Any, ...], Message] | None = None
         """The last compaction message built and what it was built from (the secrets to mask
         included): a turn builds the message of its new state, then the cache asks for it again
@@ -268,7 +272,8 @@ class TierRunner:
         Every large tool result of the uncovered part is offloaded first (the tail's too), so
         that what truncation drops stays readable through its handle.
         """
-        budget = int(self.config.fallback_budget * self.config.context_window)
+        # what the provider counts besides the messages (usage anchoring's offset) takes its room
+        budget = max(int(self.config.fallback_budget * self.config.context_window) - self.offset, 0)
         work.fallback = True
         work.errors.append(EMERGENCY_CAUSE)
         self._offload(cache, work, len(work.uncovered))
@@ -313,7 +318,7 @@ class TierRunner:
             request = cache.pinned_for(state)
             pinned = [*head, *([request] if request is not None else []), *([compaction] if compaction else [])]
             result = self.hooks.fallback_compact(
-                pinned + work.uncovered, len(pinned), budget, self.config.context_window
+                pinned + work.uncovered, len(pinned), budget, max(self.config.context_window - self.offset, 0)
             )
             if result is None:
                 raise FallbackError("no fallback_compact plugin answered; fallback-token-budget is essential")
@@ -478,10 +483,10 @@ class TierRunner:
     def view_tokens(self, cache: SessionCache, work: TurnWork) -> int:
         """Tokens of the view as it stands (counted once per message, kept in step)."""
         if work.fallback_view is not None:
-            return sum(self.hooks.estimate_tokens(work.fallback_view))
+            return self.offset + sum(self.hooks.estimate_tokens(work.fallback_view))
         compaction = self.hooks.estimate_tokens([work.compaction])[0] if work.compaction is not None else 0
         compaction += self._pinned_tokens(cache, work.state)
-        return corrected(cache.system_tokens, self.ratio) + compaction + sum(work.counts)
+        return self.offset + corrected(cache.system_tokens, self.ratio) + compaction + sum(work.counts)
 
     def assemble(self, cache: SessionCache, work: TurnWork) -> list[Message]:
         """The view as it stands: the fallback's, or system, pinned request, compaction message and

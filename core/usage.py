@@ -7,22 +7,31 @@ chat format of another model family). The provider reports the real count of eve
 the framework's usage reporting) hands that count to
 :meth:`ProgressiveCompactor.observe_usage <progressive_compactor.ProgressiveCompactor.observe_usage>`
 for the view the compactor last returned for the session; from then on the session's counts are
-corrected:
+corrected.
 
-- the *ratio* of a session is ``reported ÷ estimated`` for the last view reported on (kept
-  between 0.25 and 4, so that a count reported for the wrong view cannot make a session
-  compact on every turn or never);
-- the corrected count of a view is ``ratio × its estimate``. When the view extends the one
-  reported on (nothing was compacted since), this is exactly the reported count plus
-  ``ratio ×`` the estimate of what was added since; after a compaction changed the view, the
-  same ratio is applied to the whole new view (an offset would not shrink with the view);
+The provider's count of a view is modelled as ``offset + scale × estimate``: the *scale* is the
+estimator's error, proportional to the text; the *offset* is what the provider counts besides
+the messages (tool definitions, a framework's instructions), the same for every request, however
+small a compaction makes the view. A :class:`Correction` is the two of them:
+
+- from two reports whose views differ enough in size (the latest, and of the smallest view
+  reported on and the latest few, the one farthest from it in size: usually the first turn's,
+  or the last one before a compaction), ``scale`` is the slope between them and ``offset`` what
+  is left: both exact when the provider counts that way;
+- from one report (or views of about the same size), the excess of the count over the estimate
+  is the offset up to :data:`MAX_OFFSET_SHARE` of the window, the rest a scale: a small first
+  view (the system message and the request) with thousands of tokens of tool definitions is
+  not taken for text that counts four times its estimate, and a large view's excess for an
+  offset that a compacted view would keep;
+- ``scale`` is kept between 0.25 and 4 and ``offset`` between 0 and the reported count, so that
+  a count reported for the wrong view cannot make a session compact on every turn or never;
 - every count the turn decides on is corrected: the tier the policy picks, the loop guard's
-  check after a summary and the truncation budget all see ``ratio ×`` the estimator's counts,
-  so the tiers fire at the real share of the window with any tokenizer;
-- the ratio stays until the next report; a session with no report has ratio 1.
+  check after a summary and the truncation budget (messages count ``scale ×`` their estimate;
+  the offset is counted once per view, like the system message, and comes off the budget);
+- the correction stays until the next report; a session with no report has none.
 
 The anchors live in the compactor's process (like the per-session cache); a worker that has not
-seen a report for a session uses ratio 1 until it gets one.
+seen a report for a session uses no correction until it gets one.
 """
 
 from __future__ import annotations
@@ -38,6 +47,55 @@ from .plugin_manager import Hooks
 
 MIN_RATIO = 0.25
 MAX_RATIO = 4.0
+MAX_OFFSET_SHARE = 0.1
+"""From one report, at most this share of the window is taken for the provider's offset."""
+SPREAD = 0.25
+"""Two reports give a slope when the smaller view is at most ``1 - SPREAD`` of the larger (and
+:data:`MIN_SPREAD` tokens apart): closer, the rounding and the text's mix decide the slope."""
+MIN_SPREAD = 500
+KEPT_REPORTS = 8
+"""A session's latest reports kept to learn from (with the one of its smallest view)."""
+
+
+@attrs.frozen
+class Correction:
+    """The provider's count of a view: ``offset + scale × estimate`` (none: scale 1, offset 0)."""
+
+    scale: float = 1.0
+    offset: int = 0
+
+    @property
+    def none(self) -> bool:
+        return self.scale == 1.0 and self.offset == 0
+
+    def total(self, tokens: int) -> int:
+        """The corrected count of a whole view of ``tokens`` estimated tokens."""
+        return tokens if self.none else self.offset + corrected(tokens, self.scale)
+
+
+NO_CORRECTION = Correction()
+
+
+def fitted(reports: Sequence[tuple[int, int]], window: int) -> Correction:
+    """The correction that reports ``(estimated, reported)`` give, the latest last: the slope
+    between the latest and the report whose view differs most from it in size, when they are
+    far enough apart; else one report's worth (the latest)."""
+    e1, r1 = reports[-1]
+    e0, r0 = max(reports, key=lambda report: abs(report[0] - e1))
+    if abs(e1 - e0) >= max(MIN_SPREAD, SPREAD * max(e0, e1)):
+        scale = (r1 - r0) / (e1 - e0)
+        offset = r0 - scale * e0
+        if offset < 0:  # a count proportional to the text (rounded), or a text that varies
+            return Correction(_clamped(r1 / e1), 0)
+        if MIN_RATIO <= scale <= MAX_RATIO:
+            return Correction(scale, min(round(offset), r1))
+    # one report's worth: the excess is the offset up to its share of the window, the rest scale
+    offset = min(max(r1 - e1, 0), int(MAX_OFFSET_SHARE * window))
+    return Correction(_clamped((r1 - offset) / e1), offset)
+
+
+def _clamped(ratio: float) -> float:
+    return min(max(ratio, MIN_RATIO), MAX_RATIO)
 
 
 @attrs.define
@@ -46,19 +104,24 @@ class UsageAnchor:
 
     estimated: int = 0
     """Estimated tokens of the last view returned for the session (0: none returned yet)."""
-    ratio: float = 1.0
+    low: tuple[int, int] | None = None
+    """``(estimated, reported)`` of the smallest view reported on (the newest of the smallest)."""
+    recent: list[tuple[int, int]] = attrs.Factory(list)
+    """The latest reports, oldest first (at most :data:`KEPT_REPORTS`)."""
+    correction: Correction = NO_CORRECTION
 
 
 class UsageAnchors:
     """The anchors of every session of one compactor (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, context_window: int) -> None:
         self._sessions: dict[str, UsageAnchor] = {}
         self._lock = threading.Lock()
+        self.context_window = context_window
 
-    def ratio(self, session_id: str) -> float:
+    def correction(self, session_id: str) -> Correction:
         anchor = self._sessions.get(session_id)
-        return anchor.ratio if anchor is not None else 1.0
+        return anchor.correction if anchor is not None else NO_CORRECTION
 
     def returned(self, session_id: str, estimated: int) -> None:
         """A view estimated at ``estimated`` tokens was returned for the session."""
@@ -69,16 +132,21 @@ class UsageAnchors:
             anchor.estimated = estimated
 
     def observe(self, session_id: str, input_tokens: int) -> float | None:
-        """The provider counted ``input_tokens`` for the last view returned; the new ratio, or
-        None when no view was returned for the session yet (nothing to anchor)."""
+        """The provider counted ``input_tokens`` for the last view returned; the ratio of the
+        count to that view's estimate (kept between 0.25 and 4), or None when no view was
+        returned for the session yet (nothing to anchor)."""
         if isinstance(input_tokens, bool) or not isinstance(input_tokens, int) or input_tokens < 0:
             raise ValueError(f"input_tokens must be a whole number of tokens, 0 or more, got {input_tokens!r}")
         with self._lock:
             anchor = self._sessions.get(session_id)
             if anchor is None or anchor.estimated <= 0 or input_tokens == 0:
                 return None
-            anchor.ratio = min(max(input_tokens / anchor.estimated, MIN_RATIO), MAX_RATIO)
-            return anchor.ratio
+            latest = (anchor.estimated, input_tokens)
+            if anchor.low is None or latest[0] <= anchor.low[0]:
+                anchor.low = latest
+            anchor.recent = [*anchor.recent[1 - KEPT_REPORTS :], latest]
+            anchor.correction = fitted([anchor.low, *anchor.recent], self.context_window)
+            return _clamped(input_tokens / anchor.estimated)
 
     def forget(self, session_id: str) -> None:
         with self._lock:
@@ -103,4 +171,14 @@ class CorrectedHooks(Hooks):
         return [math.ceil(n * self.ratio) for n in super().estimate_tokens(messages)]
 
 
-__all__ = ["MAX_RATIO", "MIN_RATIO", "CorrectedHooks", "UsageAnchor", "UsageAnchors", "corrected"]
+__all__ = [
+    "MAX_RATIO",
+    "MIN_RATIO",
+    "NO_CORRECTION",
+    "CorrectedHooks",
+    "Correction",
+    "UsageAnchor",
+    "UsageAnchors",
+    "corrected",
+    "fitted",
+]

@@ -20,9 +20,9 @@ is not an error). The record's fields are the ``compactor.*`` attributes: ``comp
 ``compactor.offloads``, ``compactor.offloaded_chars``, ``compactor.summarized``,
 ``compactor.preserved_tail``, ``compactor.anchors``, ``compactor.summarizer``,
 ``compactor.summarizer.calls``, ``compactor.fallback``, ``compactor.escalations``,
-``compactor.errors``, ``compactor.token_correction``, ``compactor.cache_stable_prefix_tokens``,
-``compactor.context_window``, ``compactor.token_method``, ``compactor.variant``,
-``compactor.record_id``. The summary text goes in only with ``capture_summary: true`` (secrets
+``compactor.errors``, ``compactor.token_correction``, ``compactor.token_offset``,
+``compactor.cache_stable_prefix_tokens``, ``compactor.context_window``,
+``compactor.token_method``, ``compactor.variant``, ``compactor.record_id``. The summary text goes in only with ``capture_summary: true`` (secrets
 are masked either way).
 
 **Metrics** (the meter ``progressive_compactor``):
@@ -181,6 +181,7 @@ class OtelTelemetry:
             "compactor.summarizer.calls": record.summarizer_calls,
             "compactor.fallback": record.fallback,
             "compactor.token_correction": record.token_correction,
+            "compactor.token_offset": record.token_offset,
             "compactor.cache_stable_prefix_tokens": record.cache_stable_prefix_tokens,
             "compactor.context_window": record.context_window,
             "compactor.token_method": record.token_method,

@@ -340,7 +340,8 @@ def test_usage_anchors_the_session_and_records_reach_the_stream(make_compactor):
     messages += [AIMessage("still working"), HumanMessage("and now?")]
     chunks += list(agent.stream({"messages": messages}, stream_mode="custom"))
     assert [c["progressive_compactor"]["record"]["id"] for c in chunks] == [r.id for r in records]
-    assert records[0].token_correction == 1.0 and records[1].token_correction == pytest.approx(1.3, abs=0.01)
+    assert (records[0].token_correction, records[0].token_offset) == (1.0, 0)
+    assert records[1].token_correction > 1.1 and records[1].token_offset > 0  # one report: part offset, part scale
     assert records[1].tier is not CompactionTier.NONE  # 1.3 × the estimate passes the Warn share
     assert all(r.session_id == "fixed" for r in records)
 

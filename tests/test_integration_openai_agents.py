@@ -376,8 +376,8 @@ def test_usage_anchors_the_session(make_compactor):
             hooks=compaction.hooks,
         )
     )
-    assert records[0].token_correction == 1.0
-    assert records[-1].token_correction == pytest.approx(1.3, abs=0.02)
+    assert (records[0].token_correction, records[0].token_offset) == (1.0, 0)
+    assert records[-1].token_correction > 1.1 and records[-1].token_offset > 0  # one report: part offset, part scale
     assert records[-1].tier is not CompactionTier.NONE
     assert json.dumps([r.session_id for r in records]) == json.dumps(["u", "u"])
 
@@ -413,8 +413,9 @@ def test_concurrent_runs_of_two_sessions_anchor_each_its_own(make_compactor):
     asyncio.run(both())
     assert sorted(r.session_id for r in records) == ["A", "B"]
     later = {sid: compactor.compact_with_record([{"role": "user", "content": "x"}], sid)[1] for sid in "AB"}
-    assert later["A"].token_correction == pytest.approx(3.0, abs=0.05)
-    assert later["B"].token_correction == pytest.approx(1.0, abs=0.05)
+    # A's one report counted three times the estimate of its small view: taken for an offset
+    assert later["A"].token_offset > 0
+    assert (later["B"].token_correction, later["B"].token_offset) == (1.0, 0)
 
 
 def test_the_read_tool_reads_the_runs_own_results(make_compactor):

@@ -318,8 +318,8 @@ def test_usage_anchors_the_session(make_compactor):
             history.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
     first = agent.run_sync("go on", message_history=history)
     agent.run_sync("and now?", message_history=processor.full_history("u", first.all_messages()))
-    assert records[0].token_correction == 1.0
-    assert records[-1].token_correction == pytest.approx(1.3, abs=0.02)
+    assert (records[0].token_correction, records[0].token_offset) == (1.0, 0)
+    assert records[-1].token_correction > 1.1 and records[-1].token_offset > 0  # one report: part offset, part scale
     assert records[-1].tier is not CompactionTier.NONE  # 1.3 × the estimate passes the Warn share
 
 

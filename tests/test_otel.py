@@ -97,6 +97,7 @@ def test_one_span_per_turn_that_changed_the_view(make_compactor, telemetry):
         assert a["compactor.preserved_tail"] == record.preserved_tail
         assert a["compactor.anchors"] == len(record.anchors)
         assert a["compactor.context_window"] == 16_000
+        assert (a["compactor.token_correction"], a["compactor.token_offset"]) == (1.0, 0)
         assert a["compactor.token_method"] == "tokens-chars"
         assert a["compactor.fallback"] == record.fallback
         if record.summarizer_calls:

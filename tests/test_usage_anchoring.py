@@ -2,9 +2,10 @@
 
 The "provider" here counts every request at ``factor ×`` the characters ÷ 4 estimate (1.3 for
 text that tokenizes worse than the estimate assumes, 0.7 for text that tokenizes better): the
-±30 % by which real tokenizers differ from characters ÷ 4. With the count reported after every
-call, the tiers fire at the share of the window the provider really sees; without, they fire at
-the estimate's share, which is the wrong turn.
+±30 % by which real tokenizers differ from characters ÷ 4, plus, where a test says so, a fixed
+``offset`` (the tool definitions a provider counts with every request). With the count reported
+after every call, the tiers fire at the share of the window the provider really sees; without,
+they fire at the estimate's share, which is the wrong turn.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from progressive_compactor import CompactionTier, ProgressiveCompactor
 from progressive_compactor.models import Message
 from progressive_compactor.plugin_manager import Hooks
 from progressive_compactor.testing import build_history, estimate, filler, problems, tool_call, tool_turn
-from progressive_compactor.usage import CorrectedHooks, corrected
+from progressive_compactor.usage import MAX_RATIO, MIN_RATIO, CorrectedHooks, corrected, fitted
 
 THRESHOLDS = (
     (0.95, CompactionTier.EMERGENCY),
@@ -39,19 +40,27 @@ def tier_at(tokens: float, window: int) -> CompactionTier:
     return CompactionTier.NONE
 
 
-def provider(view, factor: float) -> int:
+def provider(view, factor: float, offset: int = 0) -> int:
     """What the fake provider reports for a request carrying ``view``."""
-    return round(factor * estimate(view))
+    return offset + round(factor * estimate(view))
 
 
-def replay(compactor, history, factor: float, *, report: bool, sid: str = "s", async_=False):
+def sloped(reported: list[int]) -> bool:
+    """Whether reports on views of these estimates give the slope: the latest and another at
+    least a quarter and 500 tokens apart (before, one report's worth is all there is)."""
+    return any(abs(e - reported[-1]) >= max(500, 0.25 * max(e, reported[-1])) for e in reported)
+
+
+def replay(compactor, history, factor: float, *, report: bool, sid: str = "s", async_=False, offset: int = 0):
     """A view before each assistant message, as an agent loop asks for one. Returns one row per
-    turn: (record, true tokens of the view the compactor was about to send, the view, and how
-    far the anchored count may be from the true one: the provider reports whole tokens, so the
-    ratio learnt from a view of ``n`` estimated tokens is exact to ``±0.5 / n``)."""
+    turn: (record, true tokens of the view the compactor was about to send, the view, how far
+    the anchored count may be from the true one (the provider reports whole tokens, so what is
+    learnt from views of ``n`` estimated tokens is exact to about ``±1 / n``), and whether the
+    reports so far give the slope)."""
     rows = []
     previous_view: list = []
     previous_len = 0
+    reported: list[int] = []
     for i, message in enumerate(history):
         if message["role"] != "assistant" or i == 0:
             continue
@@ -62,10 +71,13 @@ def replay(compactor, history, factor: float, *, report: bool, sid: str = "s", a
             view, record = asyncio.run(compactor.acompact_with_record(history[:i], sid))
         else:
             view, record = compactor.compact_with_record(history[:i], sid)
-        true = factor * estimate(candidate)
-        rows.append((record, true, view, 2 + true / max(estimate(previous_view), 1)))
+        true = offset + factor * estimate(candidate)
+        spread = max((abs(e - reported[-1]) for e in reported), default=0) if sloped(reported) else 0
+        tolerance = 3 + 2 * true / max(spread or estimate(previous_view), 1)
+        rows.append((record, true, view, tolerance, sloped(reported)))
         if report:
-            compactor.observe_usage(sid, provider(view, factor))
+            compactor.observe_usage(sid, provider(view, factor, offset))
+            reported.append(estimate(view))
         previous_view, previous_len = view, i
     return rows
 
@@ -82,16 +94,21 @@ def test_tiers_fire_at_the_true_share_with_anchoring_and_not_without(make_compac
     history = build_history([1900] * 34)
     anchored = replay(make_compactor(context_window=WINDOW), history, factor, report=True)
     plain = replay(make_compactor(context_window=WINDOW), history, factor, report=False)
-    # the session is built so that no turn's true count lies within 4 tokens of a threshold
-    for _, true, _, tolerance in anchored[1:]:
+    # the session is built so that no turn's true count lies within a few tokens of a threshold
+    for _, true, _, tolerance, _ in anchored[1:]:
         assert all(abs(true - share * WINDOW) > tolerance for share, _ in THRESHOLDS), true
-    for n, (record, true, view, tolerance) in enumerate(anchored):
+    assert anchored[3][4]  # the first views are small: from the fourth turn on the slope is known
+    for n, (record, true, view, tolerance, slope) in enumerate(anchored):
         assert problems(view) == []
         if n == 0:  # nothing reported yet: the estimate stands
-            assert record.token_correction == 1.0
+            assert record.token_correction == 1.0 and record.token_offset == 0
             continue
-        assert record.token_correction == pytest.approx(factor, abs=0.02)
-        assert abs(record.tokens_before - true) <= tolerance, (n, record.tokens_before, true)
+        if slope or factor < 1:  # a count below the estimate is all scale from the first report
+            assert record.token_correction == pytest.approx(factor, abs=0.02)
+            assert abs(record.tokens_before - true) <= tolerance, (n, record.tokens_before, true)
+        else:  # one small view reported: its excess was taken for an offset, which it is not
+            assert record.token_offset > 0
+            assert estimate(view) <= record.tokens_before < true
         assert requested(record) is tier_at(true, WINDOW), (n, record.tier, true / WINDOW)
     fired_true = next(n for n, (r, *_) in enumerate(anchored) if r.tier is not CompactionTier.NONE)
     fired_plain = next(n for n, (r, *_) in enumerate(plain) if r.tier is not CompactionTier.NONE)
@@ -108,9 +125,9 @@ def test_tiers_fire_at_the_true_share_with_anchoring_and_not_without(make_compac
     assert all(r.token_correction == 1.0 for r, *_ in plain)
     # anchored, every request the provider saw was below the Soft threshold (compactions bring
     # the view back under it); unanchored at +30 % some were past Full
-    assert max(provider(v, factor) for _, _, v, _ in anchored) < 0.70 * WINDOW
+    assert max(provider(v, factor) for _, _, v, *_ in anchored) < 0.70 * WINDOW
     if factor > 1:
-        assert max(provider(v, factor) for _, _, v, _ in plain) > 0.80 * WINDOW
+        assert max(provider(v, factor) for _, _, v, *_ in plain) > 0.80 * WINDOW
 
 
 def test_emergency_truncates_to_the_budget_in_true_tokens(make_compactor):
@@ -119,9 +136,10 @@ def test_emergency_truncates_to_the_budget_in_true_tokens(make_compactor):
     results = {}
     for report in (True, False):
         compactor = make_compactor(context_window=WINDOW)
-        view = compactor.compact(history[:3], "s")
-        if report:
-            compactor.observe_usage("s", provider(view, 1.3))
+        for end in (3, 9):  # two reports, on views far enough apart to give the slope
+            view = compactor.compact(history[:end], "s")
+            if report:
+                compactor.observe_usage("s", provider(view, 1.3))
         forced = compactor.compact_force(history, "s")
         assert problems(forced) == []
         results[report] = provider(forced, 1.3)
@@ -140,8 +158,9 @@ def test_loop_guard_judges_the_summary_in_true_tokens(make_compactor):
         {"role": "user", "content": "go on"},
     ]
     compactor = make_compactor(context_window=WINDOW)
-    first = compactor.compact(history[:2], "s")
-    compactor.observe_usage("s", provider(first, 1.3))
+    for end in (2, 8):  # two reports, on views far enough apart to give the slope
+        view = compactor.compact(history[:end], "s")
+        compactor.observe_usage("s", provider(view, 1.3))
     assert tier_at(provider(history, 1.3), WINDOW) is CompactionTier.SOFT
     view, record = compactor.compact_with_record(history, "s")
     assert record.requested_tier is CompactionTier.SOFT
@@ -149,6 +168,57 @@ def test_loop_guard_judges_the_summary_in_true_tokens(make_compactor):
     assert record.escalations and record.escalations[0].startswith("loop guard: Soft left the view at 7")
     assert provider(view, 1.3) < 0.70 * WINDOW
     assert problems(view) == []
+
+
+def test_tool_definitions_counted_with_a_small_first_view_are_not_taken_for_text(make_compactor):
+    """The provider counts 3,000 tokens of tool definitions with every request. Reported on the
+    first view (the system message and the request, a few dozen tokens), that excess was taken for
+    a ratio (clamped at 4), and the next view, with a file of 20,000 tokens read, counted 80,000 in
+    a 64k window: an Emergency truncation of a view at 36 % of it. It is an offset."""
+    window = 64_000
+    compactor = make_compactor("default", context_window=window)
+    history = build_history([])
+    compactor.observe_usage("s", provider(compactor.compact(history, "s"), 1.0, offset=3000))
+    history += tool_turn("read", 80_000)
+    view, record = compactor.compact_with_record(history, "s")
+    true = provider(history, 1.0, offset=3000)
+    assert record.tier is tier_at(true, window) is CompactionTier.NONE and view == history
+    assert record.token_offset == 3000 and record.tokens_before == true
+
+
+@pytest.mark.parametrize("factor", [1.3, 0.8])
+def test_an_offset_and_a_scale_are_learnt_and_hold_after_compactions(make_compactor, factor):
+    """A provider that counts 2,000 tokens of tool definitions with every request, and the text at
+    ``factor ×`` the estimate: once two reports give the slope, every count is the provider's, the
+    views that compactions made small included (a ratio would count them 2,000 × their share
+    short), and the tiers fire at the true share."""
+    history = build_history([1900] * 40)
+    rows = replay(make_compactor(context_window=WINDOW), history, factor, report=True, offset=2000)
+    compacted = [n for n, (record, *_) in enumerate(rows) if record.tier >= CompactionTier.SOFT]
+    assert compacted and rows[compacted[0] + 1][4]  # a compaction, and turns after it with the slope known
+    for n, (record, true, view, tolerance, slope) in enumerate(rows[1:], start=1):
+        assert problems(view) == []
+        assert requested(record) is tier_at(true, WINDOW), (n, record.tier, true / WINDOW)
+        if slope:
+            assert abs(record.tokens_before - true) <= tolerance, (n, record.tokens_before, true)
+            assert record.token_offset == pytest.approx(2000, abs=30)
+            assert record.token_correction == pytest.approx(factor, abs=0.02)
+    assert max(provider(v, factor, 2000) for _, _, v, *_ in rows) < 0.70 * WINDOW
+
+
+def test_emergency_truncates_to_the_budget_with_the_offset_taken_off(make_compactor):
+    history = build_history([1500] * 30)
+    counts = {}
+    for report in (True, False):
+        compactor = make_compactor(context_window=WINDOW)
+        for end in (3, 9):  # two reports, on views far enough apart to give the slope
+            view = compactor.compact(history[:end], "s")
+            if report:
+                compactor.observe_usage("s", provider(view, 1.0, offset=2500))
+        forced = compactor.compact_force(history, "s")
+        assert problems(forced) == []
+        counts[report] = provider(forced, 1.0, offset=2500)
+    assert counts[True] <= 0.5 * WINDOW < counts[False]  # unreported, the offset went past the budget
 
 
 def test_where_a_compaction_landed_is_saved_in_the_counts_the_policy_compares(make_compactor):
@@ -208,7 +278,7 @@ def test_the_session_helper_reports_usage(make_compactor):
     view = session.view()
     assert session.observe_usage(round(estimate(view) * 1.3)) == pytest.approx(1.3, abs=0.01)
     session.view()
-    assert session.last_record.token_correction == pytest.approx(1.3, abs=0.01)
+    assert session.last_record.tokens_before == round(estimate(view) * 1.3)  # the same view: as reported
 
 
 @pytest.mark.corpus
@@ -222,13 +292,14 @@ def test_corpus_sessions_fire_at_the_true_share(corpus_dir: Path, make_compactor
     window = 32_000
     anchored = replay(make_compactor(context_window=window), history, factor, report=True)
     plain = replay(make_compactor(context_window=window), history, factor, report=False)
-    for n, (record, true, view, tolerance) in enumerate(anchored[1:], start=1):
+    for n, (record, true, view, tolerance, slope) in enumerate(anchored[1:], start=1):
         assert problems(view) == []
         # no turn of these sessions lies closer to a threshold than the count's rounding
         assert all(abs(true - share * window) > tolerance for share, _ in THRESHOLDS), (n, true)
-        assert abs(record.tokens_before - true) <= tolerance, (n, record.tokens_before, true)
+        if slope or factor < 1:
+            assert abs(record.tokens_before - true) <= tolerance, (n, record.tokens_before, true)
         assert requested(record) is tier_at(true, window), (n, record.tier, true / window)
-    assert max(provider(v, factor) for _, _, v, _ in anchored[1:]) <= window
+    assert max(provider(v, factor) for _, _, v, *_ in anchored[1:]) <= window
     # the same replay unanchored decides on the estimate: some turn at another tier than the true one
     assert any(requested(r) is not tier_at(true, window) for r, true, *_ in plain)
 
@@ -246,3 +317,24 @@ def test_corrected_counts_of_the_messages_never_sum_below_the_corrected_total(tm
     messages = [Message(role="user", content="x" * n) for n in sizes]
     per_message = CorrectedHooks(hooks, ratio).estimate_tokens(messages)
     assert sum(per_message) >= corrected(sum(hooks.estimate_tokens(messages)), ratio)
+
+
+@given(
+    offset=st.integers(0, 20_000),
+    scale=st.floats(0.3, 3.5),
+    sizes=st.lists(st.integers(1, 150_000), min_size=1, max_size=12),
+)
+def test_the_reports_give_back_the_providers_offset_and_scale(offset, scale, sizes):
+    """Whatever the views reported on: the scale is kept between its clamps and the offset between
+    0 and the latest count; once two views are far enough apart, both are the provider's (to the
+    rounding of whole tokens)."""
+    reports = [(e, offset + round(scale * e)) for e in sizes]
+    correction = fitted(reports, 128_000)
+    assert MIN_RATIO <= correction.scale <= MAX_RATIO and 0 <= correction.offset <= reports[-1][1]
+    e1 = sizes[-1]
+    far = max(sizes, key=lambda e: abs(e - e1))
+    if abs(far - e1) >= max(500, 0.25 * max(far, e1)):
+        assert correction.scale == pytest.approx(scale, abs=1 / abs(far - e1))
+        assert abs(correction.total(e1) - reports[-1][1]) <= 1
+        if offset > 1 + scale * min(e1, far) / abs(far - e1):  # an offset the rounding cannot hide
+            assert correction.offset == pytest.approx(offset, abs=2 + 2 * max(e1, far) / abs(far - e1))
