@@ -86,7 +86,8 @@ def fitted(reports: Sequence[tuple[int, int]], window: int) -> Correction:
         scale = (r1 - r0) / (e1 - e0)
         offset = r0 - scale * e0
         if offset < 0:  # a count proportional to the text (rounded), or a text that varies
-            return Correction(_clamped(r1 / e1), 0)
+            big, counted = max((e0, r0), (e1, r1))
+            return Correction(_clamped(counted / big), 0)
         if MIN_RATIO <= scale <= MAX_RATIO:
             return Correction(scale, min(round(offset), r1))
     # one report's worth: the excess is the offset up to its share of the window, the rest scale

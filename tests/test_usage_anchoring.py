@@ -334,7 +334,7 @@ def test_the_reports_give_back_the_providers_offset_and_scale(offset, scale, siz
     e1 = sizes[-1]
     far = max(sizes, key=lambda e: abs(e - e1))
     if abs(far - e1) >= max(500, 0.25 * max(far, e1)):
-        assert correction.scale == pytest.approx(scale, abs=1 / abs(far - e1))
+        assert correction.scale == pytest.approx(scale, abs=1.5 / abs(far - e1))  # two counts rounded
         assert abs(correction.total(e1) - reports[-1][1]) <= 1
         if offset > 1 + scale * min(e1, far) / abs(far - e1):  # an offset the rounding cannot hide
             assert correction.offset == pytest.approx(offset, abs=2 + 2 * max(e1, far) / abs(far - e1))
