@@ -165,12 +165,11 @@ class ProgressiveCompactor:
         ``input_tokens`` is the whole prompt the provider reported for the request that sent that
         view (OpenAI's ``prompt_tokens``/``input_tokens``; Anthropic's ``input_tokens`` plus its
         ``cache_creation_input_tokens`` and ``cache_read_input_tokens``). From then on the
-        session's views count ``offset + scale × estimate``: the scale is the estimator's error,
-        the offset what the provider counts besides the messages (tool definitions), both learnt
-        from the reports; so the tiers fire at the real share of the window. The record of every
-        turn says what it applied (``token_correction``, the scale; ``token_offset``). Returns
-        ``reported ÷ estimated`` for the view (kept between 0.25 and 4), or None when no view
-        was returned for the session yet. See ``progressive_compactor.usage``.
+        session's views count ``offset + scale × estimate``, both learnt from the reports (the
+        offset: what the provider counts besides the messages, tool definitions), so the tiers
+        fire at the real share of the window; records say them (``token_offset``,
+        ``token_correction``). Returns ``reported ÷ estimated`` for the view (kept between 0.25
+        and 4), or None when no view was returned for the session yet. See ``progressive_compactor.usage``.
         """
         return self._usage.observe(self._session_id(session_id), input_tokens)
 
@@ -319,7 +318,7 @@ class ProgressiveCompactor:
         tokens_before = cache.system_tokens + cache.compaction_tokens + cache.uncovered_tokens + recent.tokens
         msgs_before = len(cache.head()) + len(cache.uncovered) + len(recent.messages)
         tokens = correction.total(tokens_before)
-        system_tokens = correction.total(cache.system_tokens)  # the provider's offset, like it, never shrinks
+        system_tokens = correction.total(cache.system_tokens)  # with the provider's offset: neither shrinks
         context = TurnContext(sid, window, tokens, msgs_before, len(history), state, force, system_tokens)
         requested = CompactionTier.EMERGENCY if force else self.hooks.determine_tier(tokens, window, context)
         work = TurnWork(sid, context, state, [], stable=len(cache.uncovered), compaction=cache.compaction)
@@ -352,8 +351,7 @@ class ProgressiveCompactor:
         tokens_after = self._tiers.view_tokens(cache, work) if kept_in_step else sum(self.hooks.estimate_tokens(view))
         if work.state is not state:
             work.state = attrs.evolve(work.state, version=state.version + 1)
-            if tier >= CompactionTier.SOFT:  # where this compaction landed, for the policy's next turns
-                # in the corrected counts the policy compares it with (and the record says)
+            if tier >= CompactionTier.SOFT:  # where this compaction landed, in the counts the policy compares
                 landed = correction.total(tokens_after)
                 work.state = attrs.evolve(work.state, landed_tokens=landed, landed_messages=len(history))
             save_errors: list[str] = []
@@ -444,11 +442,9 @@ class ProgressiveCompactor:
         return cache
 
     def _load_state(self, sid: str, cache: SessionCache) -> tuple[SessionState, list[str], bool]:
-        """The saved state, the errors, and whether this turn is stale (its history is shorter
-        than what the stored state covers: an earlier turn sent again): a stale turn is served
-        from its history and saves nothing, so the turns that continue the state keep it. A
-        state that cannot be read, or whose summary does not match this history, is started over
-        from the history."""
+        """The saved state, the errors, and whether this turn is stale (:meth:`SessionCache.served_stale`):
+        served from its history, it saves nothing, so the turns that continue the state keep it.
+        The state starts over from the history when it cannot be read, or does not match."""
         try:
             state = self.hooks.load_state(sid) or SessionState()
         except Exception as exc:  # noqa: BLE001 - fail-open: start from the history
@@ -457,14 +453,15 @@ class ProgressiveCompactor:
         if cache.boundary_matches(state):
             return cache.masked(state), [], False
         cache.forget_view()
-        if cache.shorter_than(state):
+        if cache.served_stale(state):
             kept = "session state covers more messages than this history has (an earlier turn sent again?)"
             return SessionState(variant=state.variant), [f"{kept}; served from the history, nothing saved"], True
+        reason = "did not match this history (another history under the same session id?)"
+        reason = "covers messages this history went on without (rewound)" if cache.shorter_than(state) else reason
         fresh = SessionState(version=state.version + 1, variant=state.variant)  # the variant is for life
         errors: list[str] = []
         self._save_state(sid, cache, fresh, errors)
-        reason = "session state did not match this history (another history under the same session id?); started over"
-        return fresh, [reason, *errors], False
+        return fresh, [f"session state {reason}; started over", *errors], False
 
     def _save_state(self, sid: str, cache: SessionCache, state: SessionState, errors: list[str]) -> bool | None:
         """Save ``state`` (compare-and-set). True when saved; None when another turn of the

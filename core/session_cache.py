@@ -142,6 +142,9 @@ class SessionCache:
         """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
+        self.stale_at: int | None = None
+        """How many messages this history had at a turn served stale (shorter than the state's
+        summary covers): a longer one that still is tells a rewound history from a turn resent."""
         self._vetted: tuple[tuple[Any, ...], SessionState] | None = None
         """The last state masked (:meth:`masked`), by the key of the state as it was loaded."""
         self._recent_key: tuple[Any, ...] | None = None
@@ -315,6 +318,16 @@ class SessionCache:
         """Whether this history has fewer messages than ``state``'s summary covers: an earlier
         turn delivered again, say, whose state a later turn has already moved on."""
         return self.seen - self.offset < state.covered
+
+    def served_stale(self, state: SessionState) -> bool:
+        """Whether this turn is served stale: its history is shorter than what ``state``'s
+        summary covers (an earlier turn sent again). Not once such a history went on since a turn
+        served stale: that is a rewound or edited conversation, and served stale, each of its
+        turns would pay a summary again."""
+        if not self.shorter_than(state) or (self.stale_at is not None and self.seen > self.stale_at):
+            return False
+        self.stale_at = self.seen
+        return True
 
     def prefix_fingerprint(self, count: int) -> str:
         """The fingerprint of the first ``count`` messages, every one of them: a chain of

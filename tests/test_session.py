@@ -351,6 +351,30 @@ def test_equal_messages_passed_as_new_objects_continue_the_session(make_compacto
     assert compactor._memory.caches.get(compactor.session_id) is cache
 
 
+def test_a_rewound_conversation_that_goes_on_starts_over_instead_of_paying_each_turn(make_compactor):
+    """The user rewinds to before what the summary covers and goes on from there. The first turn
+    may be an earlier one sent again, and is served stale; the next, longer and still short, is a
+    conversation going on: the state starts over from it, so the turns after it build on a saved
+    state instead of offloading and summarizing again from scratch each time."""
+    history = build_history([3000] * 30)
+    compactor = make_compactor("classic", context_window=window_for(history, 0.85))
+    assert compactor.compact_with_record(history)[1].tier is CompactionTier.FULL
+    covered = compactor.state().covered
+    rewound = history[:12] + [{"role": "user", "content": "Scrap that: fix tests/test_lexer.py instead."}]
+    records = []
+    for i in range(10):
+        rewound += tool_turn(f"r{i}", 9000)
+        view, record = compactor.compact_with_record(rewound)
+        assert problems(view) == []
+        records.append(record)
+    assert len(rewound) < covered  # every turn shorter than what the first summary covers
+    assert "an earlier turn sent again?" in records[0].errors[0]
+    assert records[1].errors == ("session state covers messages this history went on without (rewound); started over",)
+    assert all(r.errors == () for r in records[2:]) and compactor.state().offloaded
+    # before, each turn was served stale: from the sixth on, a summary every turn
+    assert sum(r.summarizer_calls for r in records) <= 1
+
+
 def test_an_earlier_turn_sent_again_leaves_the_newer_state(make_compactor, history):
     """A queue delivers an early turn again after later ones were served: that turn is served
     from its history, and the state the later turns saved stays for the turns after it."""
