@@ -147,7 +147,7 @@ def replay(corpus_dir, name, window, make_compactor, *, use_async=False):
         FunctionModel(replayer),
         processor,
         system_prompt=script.system or "",
-        tools=[bash, read_tool_result_tool(compactor)],
+        tools=[bash, read_tool_result_tool(compactor, "pai")],
     )
 
     from pydantic_ai.usage import UsageLimits
@@ -393,3 +393,32 @@ def test_the_compaction_role_is_checked_and_applied(tmp_path):
     assert [type(p).__name__ for p in request.parts] == ["SystemPromptPart"]
     (request,) = from_view([compaction], set())
     assert [type(p).__name__ for p in request.parts] == ["UserPromptPart"]
+
+
+@pytest.mark.skipif(MAJOR < 2, reason="Pydantic AI 1.x has no conversation_id")
+def test_the_read_tool_given_no_session_reads_the_conversations_own_results(make_compactor):
+    """Conversations named by the run's ``conversation_id`` (the default): the read tool given no
+    session reads the results of the conversation its model serves, never another's."""
+    compactor = make_compactor(context_window=100_000)
+    for owner in ("alice", "bob"):
+        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner} payroll\n" + "row\n" * 4000}
+        compactor.offload_tool_result(message, owner)
+    answers: dict[str, Any] = {}
+
+    def reader(messages: list, info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("read_tool_result", {"handle": f"{owner}/call_1", "end_line": 1}, tool_call_id=owner)
+                    for owner in ("alice", "bob")
+                ]
+            )
+        answers.update((p.tool_call_id, p.content) for m in messages for p in m.parts if isinstance(p, ToolReturnPart))
+        return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
+
+    agent = agent_with(FunctionModel(reader), history_processor(compactor), tools=[read_tool_result_tool(compactor)])
+    agent.run_sync("hi", conversation_id="bob")
+    assert answers == {
+        "alice": "error: the handle 'alice/call_1' does not name a result of this session",
+        "bob": "bob payroll",
+    }

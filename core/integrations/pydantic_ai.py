@@ -449,13 +449,18 @@ def read_tool_result_tool(
     compactor: ProgressiveCompactor, session_id: str | Callable[[Any], str] | None = None
 ) -> Tool[Any]:
     """The ``read_tool_result`` tool as a Pydantic AI ``Tool``, answered by ``compactor``: the
-    results of ``session_id`` only (a string, or a function of the ``RunContext``, as given to the
-    history processor), of any session if None."""
+    results of ``session_id`` only (a string, or a function of the ``RunContext``: pass what the
+    history processor was given). None reads the session the processor names by default: the
+    run's ``conversation_id``, else the compactor's default session (never another
+    conversation's results, whatever handle the model writes)."""
 
     def read_result(
         ctx: RunContext[Any], handle: str, start_line: int | None = None, end_line: int | None = None
     ) -> str:
-        sid = str(session_id(ctx)) if callable(session_id) else session_id
+        if callable(session_id):
+            sid = str(session_id(ctx))
+        else:
+            sid = session_id or str(getattr(ctx, "conversation_id", None) or compactor.session_id)
         return read_tool_result(compactor, handle, start_line, end_line, sid)
 
     return Tool(read_result, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION, takes_ctx=True)
