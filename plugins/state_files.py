@@ -104,13 +104,30 @@ class FileState:
         return state
 
     @contextlib.contextmanager
-    def _locked(self, session_id: str) -> Iterator[None]:
+    def _locked(self, name: str) -> Iterator[None]:
+        """The exclusive lock of the session whose files are named ``name``. Deleting a session
+        removes its lock file while holding it: a worker that was waiting on that file then
+        holds a lock nobody else will wait on, so it locks the file now in its place instead."""
         if fcntl is None:
             yield
             return
-        fd = open_private(self.directory / f"{safe_name(session_id)}.lock", self.top)
+        path = self.directory / f"{name}.lock"
+        while True:
+            fd = open_private(path, self.top)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                held = os.fstat(fd)
+                try:
+                    current = os.lstat(path)
+                except FileNotFoundError:
+                    current = None
+                if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
@@ -121,7 +138,10 @@ class FileState:
 
     @hookimpl(trylast=True)
     def save_state(self, session_id: str, state: SessionState) -> bool:
-        with self._locked(session_id):
+        with self._locked(safe_name(session_id)):
+            # read afresh: inode, size and time can be the same after other saves (a reused
+            # inode, a coarse clock), and the compare must be with what is stored
+            self._read.pop(session_id, None)
             current = self._load(session_id)
             if (current.version if current is not None else 0) != state.version - 1:
                 return False
@@ -162,5 +182,6 @@ class FileState:
         if lost_its_id(session_id, self._session_of):
             names.append(session_id)
         for name in names:
-            remove(self.directory / f"{name}.json", self.top)
-            remove(self.directory / f"{name}.lock", self.top)
+            with self._locked(name):  # not while a worker saves; the lock file goes while held
+                remove(self.directory / f"{name}.json", self.top)
+                remove(self.directory / f"{name}.lock", self.top)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 
 import attrs
 import pytest
@@ -669,6 +670,87 @@ def test_state_files_names_the_session_and_keeps_a_lock_per_session(tmp_path):
     assert other.save_state(sid, SessionState(summary="y", covered=5, version=2))
     assert store.save_state(sid, SessionState(summary="stale", covered=4, version=2)) is False
     assert store.load_state(sid).summary == "y"
+
+
+def test_a_save_compares_with_the_stored_version_even_when_the_file_looks_unchanged(tmp_path):
+    """A file's inode, size and modification time are the same after other saves when the file
+    system reuses the inode and its clock is coarse (one tick per 1 to 10 ms, or per second on
+    some shared folders): the compare-and-set must not take the version read before for the
+    stored one, or it saves over a newer state."""
+    import os
+
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins.state_files import FileState
+
+    context = PluginContext(CompactorConfig(data_dir=str(tmp_path)))
+    worker, other = FileState(context=context), FileState(context=context)
+    assert worker.save_state("s", SessionState(summary="v1", version=1))
+    assert worker.load_state("s").version == 1
+    path = worker.path_for("s")
+    before = os.stat(path)
+    for version in range(2, 20):  # other workers save on, until the file system hands the inode back
+        assert other.save_state("s", SessionState(summary=f"v{version % 10}", version=version))
+        if os.stat(path).st_ino == before.st_ino:
+            break
+    else:
+        pytest.skip("this file system does not reuse inodes at once")
+    assert os.stat(path).st_size == before.st_size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # all in one tick of a coarse clock
+    assert worker.save_state("s", SessionState(summary="stale", version=2)) is False
+    assert other.load_state("s").version == version
+
+
+def _hold_lock(path, ready, release) -> None:
+    """Another worker in the middle of a save: it holds the session's lock until ``release``."""
+    import fcntl
+    import os
+
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    ready.set()
+    release.wait(30)
+    os.close(fd)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no advisory locks on Windows")
+def test_a_session_deleted_while_a_worker_saves_never_lets_another_save_at_the_same_time(tmp_path):
+    """Deleting a session took its lock file away under the worker holding it: the next worker
+    made a new lock file, locked it at once and saved alongside the first."""
+    import multiprocessing
+    import threading
+    import time
+
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins.state_files import FileState
+
+    context = PluginContext(CompactorConfig(data_dir=str(tmp_path)))
+    assert FileState(context=context).save_state("s", SessionState(summary="one", version=1))
+    mp = multiprocessing.get_context("fork")
+    ready, release = mp.Event(), mp.Event()
+    holder = mp.Process(target=_hold_lock, args=(tmp_path / "state" / "s.lock", ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        done: dict[str, object] = {}
+        deleter = threading.Thread(
+            target=lambda: done.update(deleted=FileState(context=context).on_delete_session("s"))
+        )
+        deleter.start()
+        time.sleep(0.3)
+        saver = threading.Thread(
+            target=lambda: done.update(saved=FileState(context=context).save_state("s", SessionState(version=1)))
+        )
+        saver.start()
+        time.sleep(0.5)
+        assert "saved" not in done  # the other worker still holds the session's lock
+    finally:
+        release.set()
+        holder.join(30)
+    deleter.join(30)
+    saver.join(30)
+    assert set(done) == {"deleted", "saved"}
 
 
 @pytest.mark.parametrize(
