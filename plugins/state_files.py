@@ -14,6 +14,7 @@ symbolic link; ``list_sessions`` reports only the files this plugin could have m
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -53,6 +54,10 @@ except ImportError:  # Windows: no advisory locks; saves are still atomic, not c
     fcntl = None  # type: ignore[assignment]
 
 
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
 class FileState:
     @attrs.frozen
     class Config:
@@ -64,8 +69,9 @@ class FileState:
         self.directory = Path(self.context.path(self.config.directory))
         self.top = root_for(self.directory, self.context.data_dir)
         """Where no link is followed from: the data folder, or the folder above ``directory``."""
-        self._read: dict[str, tuple[tuple[int, int, int], SessionState]] = {}
-        """session -> (the file's inode, size and mtime when read, the state it held)."""
+        self._read: dict[str, tuple[tuple[int, int, int], bytes, SessionState]] = {}
+        """session -> (the file's inode, size and mtime when read, a hash of its bytes, the state
+        it held)."""
 
     def path_for(self, session_id: str) -> Path:
         return self.directory / f"{safe_name(session_id)}.json"
@@ -77,18 +83,25 @@ class FileState:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
-    def _load(self, session_id: str) -> SessionState | None:
+    def _load(self, session_id: str, exact: bool = False) -> SessionState | None:
+        """The stored state, not parsed again while the file's inode, size and time are as
+        when it was last read; ``exact``: while its bytes are (those can be the same after
+        other saves, with a reused inode and a coarse clock; a compare-and-set needs the truth)."""
         path = self.path_for(session_id)
         key = self._stat_key(path)
         if key is None:
             self._read.pop(session_id, None)
             return None
         cached = self._read.get(session_id)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if cached is not None and cached[0] == key and not exact:
+            return cached[2]
         data = read_private(path, self.top)
         if data is None:
             return None
+        digest = _digest(data)
+        if cached is not None and cached[1] == digest:
+            self._read[session_id] = (key, digest, cached[2])
+            return cached[2]
         try:
             state = state_from_json(data.decode("utf-8", "surrogatepass"))
         except Exception as exc:  # noqa: BLE001 - any unreadable file: set aside, start over
@@ -100,7 +113,7 @@ class FileState:
                 rename(path, aside.name, self.top)
             self._read.pop(session_id, None)
             return None
-        self._read[session_id] = (key, state)
+        self._read[session_id] = (key, digest, state)
         return state
 
     @contextlib.contextmanager
@@ -139,20 +152,18 @@ class FileState:
     @hookimpl(trylast=True)
     def save_state(self, session_id: str, state: SessionState) -> bool:
         with self._locked(safe_name(session_id)):
-            # read afresh: inode, size and time can be the same after other saves (a reused
-            # inode, a coarse clock), and the compare must be with what is stored
-            self._read.pop(session_id, None)
-            current = self._load(session_id)
+            current = self._load(session_id, exact=True)
             if (current.version if current is not None else 0) != state.version - 1:
                 return False
             data = json.loads(state_to_json(state))
             data["session_id"] = session_id
             path = self.path_for(session_id)
             text = self.context.secrets.redact_registered(json.dumps(data, ensure_ascii=False))  # masked by the core
-            write_private(path, text.encode("utf-8", "surrogatepass"), self.top)
+            encoded = text.encode("utf-8", "surrogatepass")
+            write_private(path, encoded, self.top)
             key = self._stat_key(path)
             if key is not None:
-                self._read[session_id] = (key, state)
+                self._read[session_id] = (key, _digest(encoded), state)
         return True
 
     def _session_of(self, stem: str) -> str:
