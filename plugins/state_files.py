@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -47,6 +48,9 @@ from progressive_compactor.plugin import (
 )
 
 log = logging.getLogger("progressive_compactor")
+CACHED_STATES = 10_000
+"""Parsed states kept, one per session (the most recently read or saved), to skip parsing a file
+this worker has read or written already."""
 
 try:
     import fcntl
@@ -71,7 +75,8 @@ class FileState:
         """Where no link is followed from: the data folder, or the folder above ``directory``."""
         self._read: dict[str, tuple[tuple[int, int, int], bytes, SessionState]] = {}
         """session -> (the file's inode, size and mtime when read, a hash of its bytes, the state
-        it held)."""
+        it held), for the :data:`CACHED_STATES` sessions read or saved last."""
+        self._guard = threading.Lock()
 
     def path_for(self, session_id: str) -> Path:
         return self.directory / f"{safe_name(session_id)}.json"
@@ -100,7 +105,7 @@ class FileState:
             return None
         digest = _digest(data)
         if cached is not None and cached[1] == digest:
-            self._read[session_id] = (key, digest, cached[2])
+            self._remember(session_id, (key, digest, cached[2]))
             return cached[2]
         try:
             state = state_from_json(data.decode("utf-8", "surrogatepass"))
@@ -113,8 +118,15 @@ class FileState:
                 rename(path, aside.name, self.top)
             self._read.pop(session_id, None)
             return None
-        self._read[session_id] = (key, digest, state)
+        self._remember(session_id, (key, digest, state))
         return state
+
+    def _remember(self, session_id: str, entry: tuple[tuple[int, int, int], bytes, SessionState]) -> None:
+        with self._guard:
+            self._read.pop(session_id, None)
+            while self._read and len(self._read) >= CACHED_STATES:
+                self._read.pop(next(iter(self._read)), None)
+            self._read[session_id] = entry
 
     @contextlib.contextmanager
     def _locked(self, name: str) -> Iterator[None]:
@@ -163,7 +175,7 @@ class FileState:
             write_private(path, encoded, self.top)
             key = self._stat_key(path)
             if key is not None:
-                self._read[session_id] = (key, _digest(encoded), state)
+                self._remember(session_id, (key, _digest(encoded), state))
         return True
 
     def _session_of(self, stem: str) -> str:

@@ -701,6 +701,23 @@ def test_a_save_compares_with_the_stored_version_even_when_the_file_looks_unchan
     assert other.load_state("s").version == version
 
 
+def test_state_files_keeps_the_parsed_states_of_a_bounded_number_of_sessions(tmp_path, monkeypatch):
+    """A long-running worker serves session after session: what it keeps to skip parsing is
+    bounded, as the database state stores' is, not one parsed state per session ever served."""
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins import state_files
+
+    monkeypatch.setattr(state_files, "CACHED_STATES", 3, raising=False)
+    store = state_files.FileState(context=PluginContext(CompactorConfig(data_dir=str(tmp_path))))
+    for n in range(10):
+        assert store.save_state(f"s{n}", SessionState(summary=f"summary {n}", version=1))
+        assert store.load_state(f"s{n}").summary == f"summary {n}"
+    assert len(store._read) == 3
+    assert [store.load_state(f"s{n}").summary for n in range(10)] == [f"summary {n}" for n in range(10)]
+    assert len(store._read) == 3
+
+
 def _hold_lock(path, ready, release) -> None:
     """Another worker in the middle of a save: it holds the session's lock until ``release``."""
     import fcntl
