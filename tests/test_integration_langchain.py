@@ -259,6 +259,40 @@ def test_the_read_tool_reads_the_threads_own_results(make_compactor):
     }
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_the_read_tool_reads_the_own_results_of_sessions_named_by_a_function(make_compactor, use_async):
+    """Sessions named by a function of the model request (here the user in the run's context):
+    the middleware's read tool reads the results of the session whose model made the call, not
+    those of any session."""
+    compactor = make_compactor(context_window=100_000)
+    for owner in ("alice", "bob"):
+        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner} payroll\n" + "row\n" * 4000}
+        compactor.offload_tool_result(message, owner)
+
+    class Reader(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            if len(messages) == 1:
+                calls = [
+                    {"name": "read_tool_result", "args": {"handle": f"{o}/call_1", "end_line": 1}, "id": o}
+                    for o in ("alice", "bob")
+                ]
+                return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=calls))])
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    middleware = CompactionMiddleware(compactor, session_id=lambda request: request.runtime.context["user"])
+    agent = create_agent(Reader(requests=[]), tools=[], middleware=[middleware], context_schema=dict)
+    inputs = {"messages": [HumanMessage("hi")]}
+    if use_async:
+        result = asyncio.run(agent.ainvoke(inputs, context={"user": "bob"}))
+    else:
+        result = agent.invoke(inputs, context={"user": "bob"})
+    answers = {m.tool_call_id: m.content for m in result["messages"] if isinstance(m, ToolMessage)}
+    assert answers == {
+        "alice": "error: the handle 'alice/call_1' does not name a result of this session",
+        "bob": "bob payroll",
+    }
+
+
 def test_a_middleware_serving_many_threads_keeps_what_its_recent_threads_need(make_compactor):
     """One agent serves every user: the middleware keeps the converted messages of as many threads
     as the compactor keeps sessions of, and a thread it dropped goes on as it would have."""

@@ -15,8 +15,8 @@ agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "ticket-42"}})
 the model sees the view. The session id is the run's ``thread_id`` (or ``session_id=``, a string
 or a function of the ``ModelRequest``). The system message (``request.system_message``) is the
 view's first message. The middleware registers the ``read_tool_result`` tool (a LangChain
-``StructuredTool``), so the agent can read back what was offloaded; ``read_tool=False`` leaves it
-out.
+``StructuredTool``), so the agent can read back what was offloaded (the results of the session
+whose model call asked for it, never another's); ``read_tool=False`` leaves it out.
 
 Messages convert both ways without loss: a message the compaction did not change is handed back
 as the very object of the state (tool call ids, ``additional_kwargs``, ``response_metadata``,
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import (
@@ -49,7 +49,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.tools import StructuredTool
+from langchain_core.tools import InjectedToolCallId, StructuredTool
 
 from ..compactor import ProgressiveCompactor
 from ..converters import record_to_dict
@@ -69,6 +69,8 @@ from .common import (
 )
 
 SessionId = str | Callable[[ModelRequest], str] | None
+READ_CALLS_KEPT = 10_000
+"""Read tool calls whose session the middleware remembers (those of the latest model answers)."""
 
 
 # --- messages both ways -----------------------------------------------------------------------
@@ -195,6 +197,20 @@ def read_tool_result_tool(
     return StructuredTool.from_function(read, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION)
 
 
+def _call_read_tool(compactor: ProgressiveCompactor, session_of_call: Callable[[str], str | None]) -> StructuredTool:
+    """The read tool that reads the session ``session_of_call`` names for the tool call's id."""
+
+    def read(
+        handle: str,
+        tool_call_id: Annotated[str, InjectedToolCallId],
+        start_line: int | None = None,
+        end_line: int | None = None,
+    ) -> str:
+        return read_tool_result(compactor, handle, start_line, end_line, session_of_call(tool_call_id))
+
+    return StructuredTool.from_function(read, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION)
+
+
 # --- the middleware ---------------------------------------------------------------------------
 
 
@@ -213,9 +229,11 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
         on_record: OnRecord | None = None,
     ):
         super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
-        self.tools = [read_tool_result_tool(compactor, self._tool_session)] if read_tool else []
+        self.tools = [_call_read_tool(compactor, self._tool_session)] if read_tool else []
         self._converters: RecentlyUsed[Converter] = RecentlyUsed(compactor.config.cached_sessions)
         """The threads' converters, for as many threads as the compactor keeps sessions of."""
+        self._read_calls: RecentlyUsed[str] = RecentlyUsed(READ_CALLS_KEPT)
+        """The session of each read tool call the model answers asked for, by thread and call id."""
 
     def session_of(self, request: ModelRequest) -> str:
         chosen = self.chosen_session(request)
@@ -225,13 +243,26 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
         thread = getattr(info, "thread_id", None) or _thread_id()
         return str(thread) if thread else self.compactor.session_id
 
-    def _tool_session(self) -> str | None:
-        """The session a read tool call reads, as :meth:`session_of` names it; None (any) when
+    def _tool_session(self, call_id: str) -> str | None:
+        """The session a read tool call reads: that of the model call whose answer asked for it;
+        for a call this middleware did not see, as :meth:`session_of` names it, or None (any) when
         sessions are named by a function of the model request, which a tool call has not."""
+        asked = self._read_calls.get(f"{_thread_id()}\0{call_id}")
+        if asked is not None:
+            return asked
         if callable(self.session_id):
             return None
         thread = self.session_id or _thread_id()
         return str(thread) if thread else self.compactor.session_id
+
+    def _remember_reads(self, sid: str, response: Any) -> None:
+        """Remember the session of the read tool calls in the model's answer, for the tool."""
+        thread = _thread_id()  # as the tool sees it
+        messages = response.result if isinstance(response, ModelResponse) else [response]
+        for message in messages:
+            for call in getattr(message, "tool_calls", None) or []:
+                if call.get("name") == READ_TOOL_NAME and call.get("id"):
+                    self._read_calls.put(f"{thread}\0{call['id']}", sid)
 
     def _history(self, request: ModelRequest, sid: str) -> list[dict[str, Any]]:
         messages = [request.system_message, *request.messages] if request.system_message else list(request.messages)
@@ -277,6 +308,7 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
         self._publish(request, outcome)
         response = handler(self._request(request, history, outcome))
         self._usage(outcome, response)
+        self._remember_reads(sid, response)
         return response
 
     async def awrap_model_call(
@@ -288,6 +320,7 @@ class CompactionMiddleware(Adapter, AgentMiddleware):
         self._publish(request, outcome)
         response = await handler(self._request(request, history, outcome))
         self._usage(outcome, response)
+        self._remember_reads(sid, response)
         return response
 
 
