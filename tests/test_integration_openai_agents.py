@@ -316,6 +316,61 @@ def test_every_model_call_gets_the_items_and_instructions_as_given(make_compacto
     assert [x.get("type") for x in model.calls[1][1][1:]] == ["function_call", "function_call_output"]
 
 
+class AnsweringModel(Model):
+    """Answers at once; keeps each call's input items as given."""
+
+    def __init__(self):
+        self.inputs: list[list[dict[str, Any]]] = []
+
+    async def get_response(
+        self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+    ):
+        self.inputs.append([item(x) for x in input])
+        text = ResponseOutputText(text=FINAL_ANSWER, type="output_text", annotations=[])
+        output = [ResponseOutputMessage(id="m", type="message", role="assistant", status="completed", content=[text])]
+        return ModelResponse(
+            output=output, usage=Usage(requests=1, input_tokens=50, output_tokens=5, total_tokens=55), response_id=None
+        )
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def test_the_output_of_a_hosted_tool_call_never_reaches_the_model_without_its_call(make_compactor):
+    """A coding agent's turns call a function and apply a patch at once; the function's output
+    comes first, then the patch's. The patch's output must stay with its call: a view that keeps
+    the output of a call it summarized away is refused by the Responses API."""
+
+    def words(count: int, seed: int) -> str:
+        return " ".join(f"w{(seed * 7919 + i * 31) % 100_000}" for i in range(count))
+
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug. " + words(50, 0)}]
+    for t in range(8):
+        patch = {"type": "update_file", "path": "a.py", "diff": words(40, t)}
+        items += [
+            {"type": "function_call", "call_id": f"f{t}", "name": "grep", "arguments": "{}"},
+            {"type": "apply_patch_call", "call_id": f"p{t}", "status": "completed", "operation": patch},
+            {"type": "function_call_output", "call_id": f"f{t}", "output": words(400, t + 100)},
+            {"type": "apply_patch_call_output", "call_id": f"p{t}", "status": "completed", "output": "done"},
+        ]
+    items.append({"role": "user", "content": "Go on."})
+    model = AnsweringModel()
+    run_filter = call_model_input_filter(make_compactor(context_window=6_000), session_id="patches")
+    config = RunConfig(call_model_input_filter=run_filter, tracing_disabled=True)
+    result = asyncio.run(Runner.run(Agent(name="a", model=model), items, run_config=config))
+    assert result.final_output == FINAL_ANSWER
+    (sent,) = model.inputs
+    assert len(sent) < len(items)  # compacted
+    calls: set[str] = set()
+    for x in sent:
+        if str(x.get("type")).endswith("_call"):
+            calls.add(x["call_id"])
+        elif str(x.get("type")).endswith("_call_output"):
+            assert x["call_id"] in calls, f"the output of {x['call_id']} is sent without its call"
+    outputs = {x["call_id"] for x in sent if str(x.get("type")).endswith("_call_output")}
+    assert calls == outputs
+
+
 def test_a_failing_compactor_never_breaks_the_run(make_compactor):
     store = ListStore()
     compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])

@@ -14,8 +14,9 @@ result = await Runner.run(agent, items, run_config=RunConfig(call_model_input_fi
 Before every model call the filter converts the Responses-API input items to chat messages,
 compacts them and converts the view back: user, system and developer messages; an assistant turn
 (its reasoning items, its output message and its ``function_call`` items) becomes one assistant
-message with tool calls; each ``function_call_output`` a tool result. The view keeps every call
-next to its output: a call the input leaves unanswered gets a ``function_call_output`` saying
+message with tool calls; each ``function_call_output`` a tool result. A hosted tool's call
+(``apply_patch_call``, ``computer_call``, ...) is part of its turn, and so is its output, wherever
+it comes. The view keeps every call next to its output: a call the input leaves unanswered gets a ``function_call_output`` saying
 so, an output without its call becomes a user message. Items the compaction did not change are
 handed back as the very items of the input (reasoning items, ids and hosted-tool items included);
 a changed one is a copy with the new text. The agent's ``instructions`` are the view's system
@@ -109,6 +110,7 @@ def to_dicts(items: Sequence[Any], instructions: str | None = None) -> list[dict
     if instructions:
         out.append({"role": "system", "content": instructions, SOURCE: [INSTRUCTIONS]})
     turn: dict[str, Any] | None = None  # the assistant turn being gathered
+    holders: dict[str, dict[str, Any]] = {}  # a hosted tool call's id -> the turn that holds the call
 
     def assistant() -> dict[str, Any]:
         nonlocal turn
@@ -158,8 +160,21 @@ def to_dicts(items: Sequence[Any], instructions: str | None = None) -> list[dict
                 }
             )
         else:  # reasoning, hosted tool calls and anything else: part of the assistant turn
-            assistant()[SOURCE].append(item)
+            call_id = data.get("call_id")
+            holder = holders.get(call_id) if _is_output(kind) and isinstance(call_id, str) else None
+            if holder is not None:  # with its call, whatever came between (a function's output)
+                holder[SOURCE].append(item)
+                continue
+            current = assistant()
+            current[SOURCE].append(item)
+            if isinstance(call_id, str) and call_id and isinstance(kind, str) and kind.endswith("_call"):
+                holders[call_id] = current
     return out
+
+
+def _is_output(kind: Any) -> bool:
+    """Whether an item of type ``kind`` answers a call (``apply_patch_call_output``, ...)."""
+    return isinstance(kind, str) and kind.endswith("_call_output")
 
 
 def _copy(item: Any, **changes: Any) -> Any:
@@ -224,20 +239,24 @@ def from_view(view: Sequence[dict[str, Any]], ours: set[int], compaction_role: s
 
 
 def problems(items: Sequence[Any]) -> list[str]:
-    """Why the Responses API would refuse ``items``: a call with no output, an output with no
-    call before it."""
+    """Why the Responses API would refuse ``items``: a function call with no output, an output
+    (of a function or a hosted tool call) with no call before it."""
     found = []
+    functions: set[str] = set()
     calls: set[str] = set()
     outputs: set[str] = set()
     for item in items:
         data = as_dict(item)
-        if data.get("type") == "function_call":
+        kind = data.get("type")
+        if isinstance(kind, str) and kind.endswith("_call"):
             calls.add(data.get("call_id") or "")
-        elif data.get("type") == "function_call_output":
+            if kind == "function_call":
+                functions.add(data.get("call_id") or "")
+        elif _is_output(kind):
             if data.get("call_id") not in calls:
                 found.append(f"output {data.get('call_id')} answers no call before it")
             outputs.add(data.get("call_id") or "")
-    found += [f"call {c} has no output" for c in sorted(calls - outputs)]
+    found += [f"call {c} has no output" for c in sorted(functions - outputs)]
     return found
 
 
