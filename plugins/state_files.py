@@ -110,13 +110,15 @@ class FileState:
         try:
             state = state_from_json(data.decode("utf-8", "surrogatepass"))
         except Exception as exc:  # noqa: BLE001 - any unreadable file: set aside, start over
+            self._read.pop(session_id, None)
+            if self._stat_key(path) != key:  # another worker saved since: read what it saved
+                return self._load(session_id, exact)
             aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
             log.warning(
                 "session state %s is unreadable (%s); moved to %s, starting over", path, type(exc).__name__, aside
             )
             with contextlib.suppress(OSError, StorageError):
                 rename(path, aside.name, self.top)
-            self._read.pop(session_id, None)
             return None
         self._remember(session_id, (key, digest, state))
         return state

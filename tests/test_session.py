@@ -718,6 +718,33 @@ def test_state_files_keeps_the_parsed_states_of_a_bounded_number_of_sessions(tmp
     assert len(store._read) == 3
 
 
+def test_a_reader_sets_aside_only_the_unreadable_file_it_read_never_one_saved_since(tmp_path, monkeypatch):
+    """A worker reads an unreadable state file; while it parses, another worker (setting the
+    file aside itself) saves a good state in its place. The first must not move that one aside."""
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins import state_files
+
+    context = PluginContext(CompactorConfig(data_dir=str(tmp_path)))
+    reader, other = state_files.FileState(context=context), state_files.FileState(context=context)
+    (tmp_path / "state").mkdir()
+    reader.path_for("s").write_text('{"summary": "tor', "utf-8")
+    real = state_files.state_from_json
+    saved: list[bool] = []
+
+    def parse(text):
+        if not saved:  # the other worker saves while the reader parses what it read
+            saved.append(False)
+            saved[0] = other.save_state("s", SessionState(summary="good", version=1))
+        return real(text)
+
+    monkeypatch.setattr(state_files, "state_from_json", parse)
+    assert reader.load_state("s") == SessionState(summary="good", version=1)  # what is there now
+    assert saved == [True]
+    monkeypatch.setattr(state_files, "state_from_json", real)
+    assert state_files.FileState(context=context).load_state("s") == SessionState(summary="good", version=1)
+
+
 def _hold_lock(path, ready, release) -> None:
     """Another worker in the middle of a save: it holds the session's lock until ``release``."""
     import fcntl
