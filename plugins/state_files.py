@@ -95,7 +95,7 @@ class FileState:
         path = self.path_for(session_id)
         key = self._stat_key(path)
         if key is None:
-            self._read.pop(session_id, None)
+            self._forget(session_id)
             return None
         cached = self._read.get(session_id)
         if cached is not None and cached[0] == key and not exact:
@@ -110,7 +110,7 @@ class FileState:
         try:
             state = state_from_json(data.decode("utf-8", "surrogatepass"))
         except Exception as exc:  # noqa: BLE001 - any unreadable file: set aside, start over
-            self._read.pop(session_id, None)
+            self._forget(session_id)
             if self._stat_key(path) != key:  # another worker saved since: read what it saved
                 return self._load(session_id, exact)
             aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
@@ -122,6 +122,10 @@ class FileState:
             return None
         self._remember(session_id, (key, digest, state))
         return state
+
+    def _forget(self, session_id: str) -> None:
+        with self._guard:
+            self._read.pop(session_id, None)
 
     def _remember(self, session_id: str, entry: tuple[tuple[int, int, int], bytes, SessionState]) -> None:
         with self._guard:
@@ -202,7 +206,7 @@ class FileState:
 
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
-        self._read.pop(session_id, None)
+        self._forget(session_id)
         names = [safe_name(session_id)]
         if lost_its_id(session_id, self._session_of):
             names.append(session_id)
