@@ -182,9 +182,11 @@ def fingerprint(message: Message) -> str:
     h.update(b"\0")
     h.update(text_of(message).encode("utf-8", "surrogatepass"))
     for call in message.tool_calls:
-        h.update(b"\0" + call.id.encode() + b"\0" + call.arguments.encode("utf-8", "surrogatepass"))
+        h.update(
+            b"\0" + call.id.encode("utf-8", "surrogatepass") + b"\0" + call.arguments.encode("utf-8", "surrogatepass")
+        )
     if message.tool_call_id:
-        h.update(b"\0" + message.tool_call_id.encode())
+        h.update(b"\0" + message.tool_call_id.encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 

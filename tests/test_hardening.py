@@ -523,6 +523,17 @@ def test_lone_surrogates_are_kept_in_records_state_offloads_and_cli_output(make_
     assert stdout.exit_code == 0 and json.loads(stdout.stdout.splitlines()[0])["content"] == "fix \udfff it"
 
 
+def test_a_call_id_with_a_lone_surrogate_is_offloaded_and_read_back(make_compactor):
+    """Call ids come from outside: one that is not valid UTF-8 crashed the turn (its fingerprint)."""
+    odd_id = "\ud800call"
+    history = [{"role": "user", "content": "fix it"}, call(odd_id), result(odd_id, filler(5000, "s"))]
+    compactor, _ = warn_compactor(make_compactor)
+    view, record = compactor.compact_with_record(history + filler_turns("x"))
+    (entry,) = record.offloaded
+    assert entry.tool_call_id == odd_id and problems(view) == []
+    assert compactor.read_tool_result(entry.handle) == filler(5000, "s")
+
+
 # --- 9. output files ------------------------------------------------------------------------------
 
 
