@@ -107,6 +107,8 @@ _PROSE_TITLES = ("summary", "prose", "context", "context compaction")
 def _structural(line: str) -> bool:
     """Whether :func:`parse_markdown` reads ``line`` as structure rather than content: a heading
     that starts a section (``## Next Steps``, ``**Summary**``) or the compaction marker."""
+    if not line.lstrip().startswith(("#", "*", "[")):  # what a heading or the marker starts with
+        return False
     m = _HEADING.match(line)
     if m is not None and (_title(m) in _ALIASES or _title(m) in _PROSE_TITLES):
         return True
@@ -117,6 +119,13 @@ def _escaped(content: str) -> str:
     """``content`` with a backslash before each line that :func:`parse_markdown` would read as
     structure (a user's request with its own ``## Context`` section, a prose line ``**Summary**``),
     or that is such a line escaped already: the text reads back as it was written."""
+    if "#" not in content and "**" not in content and COMPACTION_MARKER not in content:
+        return content  # no line of it can read as structure: most anchors, in three scans
+    return _escaped_lines(content)
+
+
+@functools.lru_cache(maxsize=256)  # an anchor is formatted several times a compaction (its length measured)
+def _escaped_lines(content: str) -> str:
     lines = content.splitlines()  # as parse_markdown splits them
     if not any(_structural(line.lstrip("\\")) for line in lines):
         return content
