@@ -51,14 +51,19 @@ _HEADING = re.compile(r"^\s{0,3}#{1,6}(.+)$|^\s*\*\*(.+?)\*\*:?\s*$")
 
 
 def _title(heading: re.Match[str]) -> str:
-    """The title of a heading line, in lower case, without a closing ``:``. The closing ``#``
+    """The title of a heading line, in lower case, without a closing ``:``, its number or its
+    bold (``## 2. **Key Decisions**:`` is ``key decisions``). The closing ``#``
     and white space are stripped, not matched: a pattern with three runs that may each take the
     same spaces costs the cube of their number."""
     if heading.group(1) is None:
-        return heading.group(2).strip().rstrip(":").lower()
+        return _NUMBER.sub("", heading.group(2).strip()).rstrip(":").lower()
     text = heading.group(1).lstrip()
-    title = text.rstrip().rstrip("#").rstrip() or text[:1]
-    return title.strip().rstrip(":").lower()
+    title = _NUMBER.sub("", (text.rstrip().rstrip("#").rstrip() or text[:1]).strip())
+    return title.rstrip(":").strip().strip("*_").strip().rstrip(":").lower()
+
+
+_NUMBER = re.compile(r"^\d{1,2}[.)]\s+")
+"""A section's number, as a model may write it (``## 1. User Intent``)."""
 
 
 def empty_anchors() -> tuple[Anchor, ...]:

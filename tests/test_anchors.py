@@ -91,7 +91,16 @@ def test_text_without_any_heading_is_prose_and_five_na_anchors():
 
 @pytest.mark.parametrize(
     "heading",
-    ["## user_intent", "# Intent", "**User Intent**", "**User Intent:**", "### USER INTENT ###"],
+    [
+        "## user_intent",
+        "# Intent",
+        "**User Intent**",
+        "**User Intent:**",
+        "### USER INTENT ###",
+        "## 1. User Intent",  # numbered and in bold, as models write them
+        "**1) User Intent**",
+        "## 1. **User Intent**:",
+    ],
 )
 def test_heading_variants_are_understood(heading):
     parsed = parse_markdown(f"{heading}\nthe goal\n")
@@ -107,7 +116,10 @@ def test_heading_titles_as_the_markdown_pattern_reads_them(line):
     old, new = OLD_HEADING.match(line), _HEADING.match(line)
     assert (new is None) == (old is None)
     if old is not None and new is not None:
-        assert _title(new) == (old.group(1) or old.group(2) or "").strip().rstrip(":").lower()
+        title = (old.group(1) or old.group(2) or "").strip()
+        if old.group(1) is not None:  # a heading's title in bold is its title
+            title = title.rstrip(":").strip().strip("*_").strip()
+        assert _title(new) == title.rstrip(":").lower()
 
 
 def test_a_long_run_of_spaces_in_a_heading_is_read_at_once(in_time):
