@@ -392,6 +392,32 @@ def test_a_failing_compactor_never_breaks_the_run(make_compactor):
     assert store.records[-1].errors[0].startswith("compaction failed, sent the uncompacted input: RuntimeError")
 
 
+def test_a_view_the_sdk_could_not_take_is_sent_uncompacted_with_a_record_that_says_so(make_compactor, monkeypatch):
+    """Before it sends anything the filter checks the converted input; when that check refuses
+    it, the uncompacted input goes, and a record says why (it was only a log line)."""
+    import progressive_compactor.integrations.openai_agents as module
+
+    store = ListStore()
+    records = []
+    compactor = make_compactor(context_window=8_000, extra_plugins=[("list-store", store)])
+    monkeypatch.setattr(module, "problems", lambda items: ["item 3: a call output without its call"])
+    model = ReplayModel(None)
+    agent = Agent(name="a", instructions="be brief", model=model)
+    compaction = call_model_input_filter(compactor, on_record=records.append)
+    result = asyncio.run(
+        Runner.run(
+            agent, "fix the bug", run_config=RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        )
+    )
+    assert result.final_output == FINAL_ANSWER
+    assert model.requests[0] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "fix the bug"}]
+    cause = (
+        "compaction failed, sent the uncompacted input: the view converted for the OpenAI Agents SDK is invalid: "
+        "item 3: a call output without its call"
+    )
+    assert store.records[-1].errors == (cause,) and records[-1].errors == (cause,)
+
+
 def test_a_view_that_cannot_fit_raises_a_clear_error(make_compactor):
     class KeepsEverything:
         from progressive_compactor.plugin import hookimpl

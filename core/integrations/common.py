@@ -127,7 +127,12 @@ class Compaction:
         return outcome
 
     def _failed(self, history: Sequence[dict[str, Any]], session_id: str, exc: Exception) -> Outcome:
-        cause = self.compactor.secrets.redact(f"{FAILED_OPEN}: {type(exc).__name__}: {exc}")
+        return self.refused(history, session_id, f"{type(exc).__name__}: {exc}")
+
+    def refused(self, history: Sequence[dict[str, Any]], session_id: str, why: str) -> Outcome:
+        """The input sent as it was, because ``why`` (the compaction raised, or its view could not
+        be converted for the framework): the record that says so is stored and published."""
+        cause = self.compactor.secrets.redact(f"{FAILED_OPEN}: {why}")
         log.warning("session %s: %s", session_id, cause)
         record = failure_record(self.compactor, session_id, history, cause)
         try:

@@ -312,7 +312,9 @@ class CompactionFilter(Adapter):
         items, kept = from_view(outcome.view, {id(d) for d in history}, self.compaction_role)
         found = problems(items)
         if found:  # never send a call without its output
-            log.warning("session %s: the compacted input is invalid (%s); sending the uncompacted input", sid, found[0])
+            self.compaction.refused(
+                history, sid, f"the view converted for the OpenAI Agents SDK is invalid: {found[0]}"
+            )
             _LAST.set(None)
             return model_data
         return ModelInputData(input=items, instructions=model_data.instructions if kept else None)

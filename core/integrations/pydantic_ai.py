@@ -67,9 +67,7 @@ from .common import (
     ContextWindowExceededError,
     OnRecord,
     Outcome,
-    failure_record,
     is_compaction_message,
-    log,
     read_tool_result,
 )
 
@@ -386,11 +384,8 @@ class HistoryCompactor(Adapter):
         view = from_view(outcome.view, {id(d) for d in history}, self.compaction_role)
         found = problems(view)
         if found:  # never hand Pydantic AI a broken view: it would paper over it
-            cause = f"compaction failed, sent the uncompacted input: the view converted for Pydantic AI is invalid: {found[0]}"
-            log.warning("session %s: %s", outcome.session_id, cause)
-            record = failure_record(self.compactor, outcome.session_id, history, cause)
-            self.compactor.hooks.persist_record(record)
-            session.outcome = Outcome(list(history), record, outcome.session_id, failed=True)
+            why = f"the view converted for Pydantic AI is invalid: {found[0]}"
+            session.outcome = self.compaction.refused(history, outcome.session_id, why)
             view = list(session.full)
         session.view = view
         return list(view)
