@@ -355,29 +355,36 @@ def test_the_capability_helper(make_compactor):
 def test_the_read_tool_reads_the_sessions_own_results(make_compactor, session_id):
     """Another session's handle, which a model (or a prompt injection) may write, reads nothing."""
     compactor = make_compactor(context_window=100_000)
-    for owner in ("alice", "s1"):
+    answers: dict[str, Any] = {}
+    reader = payroll_reader(compactor, ("alice", "s1"), answers)
+    processor = history_processor(compactor, session_id=session_id)
+    tool = read_tool_result_tool(compactor, session_id=session_id)
+    agent_with(FunctionModel(reader), processor, tools=[tool], deps_type=dict).run_sync("hi", deps={"user": "s1"})
+    assert answers == {
+        "alice": "error: the handle 'alice/call_1' does not name a result of this session",
+        "s1": "s1 payroll",
+    }
+
+
+def payroll_reader(compactor: ProgressiveCompactor, owners: tuple[str, ...], answers: dict[str, Any]) -> Any:
+    """Offloads a payroll result of each owner's session; the model function that then reads
+    every owner's handle (one tool call each, named by the owner) and puts the answers in ``answers``."""
+    for owner in owners:
         message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner} payroll\n" + "row\n" * 4000}
         compactor.offload_tool_result(message, owner)
-    answers: dict[str, Any] = {}
 
     def reader(messages: list, info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
             return ModelResponse(
                 parts=[
-                    ToolCallPart("read_tool_result", {"handle": f"{owner}/call_1", "end_line": 1}, tool_call_id=f"r{i}")
-                    for i, owner in enumerate(("alice", "s1"))
+                    ToolCallPart("read_tool_result", {"handle": f"{owner}/call_1", "end_line": 1}, tool_call_id=owner)
+                    for owner in owners
                 ]
             )
         answers.update((p.tool_call_id, p.content) for m in messages for p in m.parts if isinstance(p, ToolReturnPart))
         return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
 
-    processor = history_processor(compactor, session_id=session_id)
-    tool = read_tool_result_tool(compactor, session_id=session_id)
-    agent_with(FunctionModel(reader), processor, tools=[tool], deps_type=dict).run_sync("hi", deps={"user": "s1"})
-    assert answers == {
-        "r0": "error: the handle 'alice/call_1' does not name a result of this session",
-        "r1": "s1 payroll",
-    }
+    return reader
 
 
 def test_the_example_runs_offline():
@@ -400,22 +407,8 @@ def test_the_read_tool_given_no_session_reads_the_conversations_own_results(make
     """Conversations named by the run's ``conversation_id`` (the default): the read tool given no
     session reads the results of the conversation its model serves, never another's."""
     compactor = make_compactor(context_window=100_000)
-    for owner in ("alice", "bob"):
-        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner} payroll\n" + "row\n" * 4000}
-        compactor.offload_tool_result(message, owner)
     answers: dict[str, Any] = {}
-
-    def reader(messages: list, info: AgentInfo) -> ModelResponse:
-        if len(messages) == 1:
-            return ModelResponse(
-                parts=[
-                    ToolCallPart("read_tool_result", {"handle": f"{owner}/call_1", "end_line": 1}, tool_call_id=owner)
-                    for owner in ("alice", "bob")
-                ]
-            )
-        answers.update((p.tool_call_id, p.content) for m in messages for p in m.parts if isinstance(p, ToolReturnPart))
-        return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
-
+    reader = payroll_reader(compactor, ("alice", "bob"), answers)
     agent = agent_with(FunctionModel(reader), history_processor(compactor), tools=[read_tool_result_tool(compactor)])
     agent.run_sync("hi", conversation_id="bob")
     assert answers == {

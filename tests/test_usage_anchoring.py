@@ -130,21 +130,22 @@ def test_tiers_fire_at_the_true_share_with_anchoring_and_not_without(make_compac
         assert max(provider(v, factor) for _, _, v, *_ in plain) > 0.80 * WINDOW
 
 
-def test_emergency_truncates_to_the_budget_in_true_tokens(make_compactor):
+@pytest.mark.parametrize(("factor", "offset"), [(1.3, 0), (1.0, 2500)], ids=["scale", "offset"])
+def test_emergency_truncates_to_the_budget_in_true_tokens(make_compactor, factor, offset):
+    """The truncation's budget is in the provider's tokens: 30 % more of them than the estimate,
+    or 2,500 tokens of tool definitions besides the messages, which come off the budget."""
     history = build_history([1500] * 30)
-    budget = 0.5 * WINDOW
-    results = {}
+    counts = {}
     for report in (True, False):
         compactor = make_compactor(context_window=WINDOW)
         for end in (3, 9):  # two reports, on views far enough apart to give the slope
             view = compactor.compact(history[:end], "s")
             if report:
-                compactor.observe_usage("s", provider(view, 1.3))
+                compactor.observe_usage("s", provider(view, factor, offset))
         forced = compactor.compact_force(history, "s")
         assert problems(forced) == []
-        results[report] = provider(forced, 1.3)
-    assert results[True] <= budget
-    assert results[False] > budget  # the estimate's budget is 30 % over in the provider's tokens
+        counts[report] = provider(forced, factor, offset)
+    assert counts[True] <= 0.5 * WINDOW < counts[False]  # unreported, the budget is over in the provider's tokens
 
 
 def test_loop_guard_judges_the_summary_in_true_tokens(make_compactor):
@@ -204,21 +205,6 @@ def test_an_offset_and_a_scale_are_learnt_and_hold_after_compactions(make_compac
             assert record.token_offset == pytest.approx(2000, abs=30)
             assert record.token_correction == pytest.approx(factor, abs=0.02)
     assert max(provider(v, factor, 2000) for _, _, v, *_ in rows) < 0.70 * WINDOW
-
-
-def test_emergency_truncates_to_the_budget_with_the_offset_taken_off(make_compactor):
-    history = build_history([1500] * 30)
-    counts = {}
-    for report in (True, False):
-        compactor = make_compactor(context_window=WINDOW)
-        for end in (3, 9):  # two reports, on views far enough apart to give the slope
-            view = compactor.compact(history[:end], "s")
-            if report:
-                compactor.observe_usage("s", provider(view, 1.0, offset=2500))
-        forced = compactor.compact_force(history, "s")
-        assert problems(forced) == []
-        counts[report] = provider(forced, 1.0, offset=2500)
-    assert counts[True] <= 0.5 * WINDOW < counts[False]  # unreported, the offset went past the budget
 
 
 def test_where_a_compaction_landed_is_saved_in_the_counts_the_policy_compares(make_compactor):
