@@ -61,9 +61,9 @@ TurnResult = tuple[list[dict[str, Any]], CompactionRecord]
 class ProgressiveCompactor:
     """Tiered, progressive compaction of long agent histories; see the module docstring.
 
-    ``config`` is a :class:`CompactorConfig`, a bundled config name or a YAML path; any other
-    keyword (``context_window=...``, ``plugins={...}``, ``config={plugin: {...}}``) overrides that
-    config's top-level keys, nested mappings merged. ``todo_injector`` (a callable returning text
+    ``config`` is a :class:`CompactorConfig`, a bundled config name, a YAML path or a mapping (what
+    a YAML file holds); any other keyword (``context_window=...``, ``plugins={...}``,
+    ``config={plugin: {...}}``) overrides that config's top-level keys, nested mappings merged. ``todo_injector`` (a callable returning text
     for the compaction message), ``memory_extractor`` (a callable given the messages about to be
     summarized), ``record_store`` (an object with ``save``/``append``, or a callable) and
     ``offloader`` (a plugin object) are registered as plugins, as are ``extra_plugins``
@@ -72,7 +72,7 @@ class ProgressiveCompactor:
 
     def __init__(
         self,
-        config: CompactorConfig | str | None = None,
+        config: CompactorConfig | str | Mapping[str, Any] | None = None,
         /,
         *,
         session_id: str = "default",
@@ -85,8 +85,9 @@ class ProgressiveCompactor:
     ):
         extra = [*keyword_plugins(todo_injector, memory_extractor, record_store, offloader), *extra_plugins]
         named = dict(extra)
-        if isinstance(config, CompactorConfig):
-            config = config_from_dict(deep_merge(config_to_dict(config), overrides), extra_plugins=named)
+        if isinstance(config, (CompactorConfig, Mapping)):  # a config, or what a YAML file holds
+            base = config_to_dict(config) if isinstance(config, CompactorConfig) else dict(config)
+            config = config_from_dict(deep_merge(base, overrides), extra_plugins=named)
         else:
             config = load_config(config, extra_plugins=named, **overrides)
         if not session_id:

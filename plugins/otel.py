@@ -56,6 +56,7 @@ from progressive_compactor.plugin import (
     SummaryRequest,
     SummaryResult,
     hookimpl,
+    setting_check,
 )
 
 EMERGENCY_NOTE = "emergency fallback: forced truncation"
@@ -98,8 +99,13 @@ def end_ns(record: CompactionRecord) -> int:
 class OtelTelemetry:
     @attrs.frozen
     class Config:
-        tracer_name: str = "progressive_compactor"
-        span_name: str = "compact_context"
+        tracer_name: str = attrs.field(
+            default="progressive_compactor",
+            validator=setting_check(lambda v: v.strip() != "", "tracer_name must not be empty"),
+        )
+        span_name: str = attrs.field(
+            default="compact_context", validator=setting_check(lambda v: v.strip() != "", "span_name must not be empty")
+        )
         capture_summary: bool = False
         """Put the summary text (secrets masked) on the span as ``compactor.summary``."""
 

@@ -29,6 +29,7 @@ from progressive_compactor.plugin import (
     hookimpl,
     merge_anchors,
     one_line,
+    setting_check,
     text_of,
 )
 
@@ -36,7 +37,10 @@ from progressive_compactor.plugin import (
 class ExtractiveSummarizer:
     @attrs.frozen
     class Config:
-        max_prose_chars: int = 6000
+        max_prose_chars: int = attrs.field(
+            default=6000,
+            validator=setting_check(lambda v: v >= 200, "max_prose_chars must be 200 or more, got {value}"),
+        )
         delta: bool = False
         """Write only what the new messages add beyond the facts (one paragraph), for the core to
         merge into the previous summary with the facts: a shorter summary to write, as an LLM

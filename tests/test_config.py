@@ -7,6 +7,7 @@ from importlib import resources
 
 import attrs
 import pytest
+import yaml
 
 from progressive_compactor import CompactorConfig, ConfigError, PluginSelection, ProgressiveCompactor, load_config
 from progressive_compactor.config import BUNDLED, config_to_dict, deep_merge
@@ -105,6 +106,14 @@ def test_the_default_config_matches_the_code_defaults():
         ),
         ({"config": {"offload-files": 3}}, "@ $.config"),
         (
+            {"config": {"summarize-extractive": {"max_prose_chars": 0}}},
+            "max_prose_chars must be 200 or more, got 0 @ $.config.summarize-extractive.max_prose_chars",
+        ),
+        (
+            {"plugins": {"extra": ["otel"]}, "config": {"otel": {"span_name": " "}}},
+            "span_name must not be empty @ $.config.otel.span_name",
+        ),
+        (
             {"config": {"tokens-chars": {"chars_per_token": 0}}},
             "chars_per_token must be more than 0, got 0.0 @ $.config.tokens-chars.chars_per_token",
         ),
@@ -152,6 +161,8 @@ def test_the_default_config_matches_the_code_defaults():
         "string-for-break-factor",
         "zero-break-factor",
         "scalar-block",
+        "no-room-for-prose",
+        "empty-span-name",
         "validator-message",
         "unknown-plugin-setting",
         "block-of-unknown-plugin",
@@ -281,6 +292,16 @@ def test_an_empty_session_id_is_rejected(tmp_path):
 def test_thresholds_must_be_ordered(make_compactor):
     with pytest.raises(ConfigError, match=r"0 < warn <= soft <= full <= emergency.*@ \$.config.policy-thresholds"):
         make_compactor(config={"policy-thresholds": {"soft": 0.9}})
+
+
+def test_a_mapping_is_a_config_as_a_yaml_file_holds_it(tmp_path):
+    data = {"context_window": 32000, "plugins": {"stores": []}, "config": {"offload-files": {"preview_lines": 3}}}
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(data))
+    from_dict = ProgressiveCompactor(data, data_dir=str(tmp_path), min_tail_messages=5).config
+    from_file = ProgressiveCompactor(str(tmp_path / "mine.yaml"), data_dir=str(tmp_path), min_tail_messages=5).config
+    assert from_dict == from_file and from_dict.context_window == 32000 and from_dict.min_tail_messages == 5
+    with pytest.raises(ConfigError, match=r"unknown setting 'windw'.* @ \$\.windw"):
+        ProgressiveCompactor({"windw": 1})  # checked as a file's content is, not read as a file name
 
 
 def test_a_yaml_file_is_loaded_by_path(tmp_path):
