@@ -76,7 +76,7 @@ class ScriptedModel:
 llm = ScriptedModel()
 
 # --- the loop ---
-compactor = ProgressiveCompactor("default", context_window=8_000)  # or a YAML path
+compactor = ProgressiveCompactor("default", context_window=8_000)  # or a YAML path, or a dict of one
 session = Session(compactor, "ticket-42")
 session.append(
     {"role": "system", "content": "You are a coding agent."},
