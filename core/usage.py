@@ -14,10 +14,10 @@ estimator's error, proportional to the text; the *offset* is what the provider c
 the messages (tool definitions, a framework's instructions), the same for every request, however
 small a compaction makes the view. A :class:`Correction` is the two of them:
 
-- from two reports whose views differ enough in size (the latest, and of the smallest view
-  reported on and the latest few, the one farthest from it in size: usually the first turn's,
-  or the last one before a compaction), ``scale`` is the slope between them and ``offset`` what
-  is left: both exact when the provider counts that way;
+- from two reports whose views differ enough in size (the latest, and the one farthest from it
+  in size among the latest few, else the smallest view reported on: usually the first turn's),
+  ``scale`` is the slope between them and ``offset`` what is left: both exact when the provider
+  counts that way;
 - from one report (or views of about the same size), the excess of the count over the estimate
   is the offset up to :data:`MAX_OFFSET_SHARE` of the window, the rest a scale: a small first
   view (the system message and the request) with thousands of tokens of tool definitions is
@@ -76,23 +76,31 @@ class Correction:
 NO_CORRECTION = Correction()
 
 
-def fitted(reports: Sequence[tuple[int, int]], window: int) -> Correction:
+def fitted(reports: Sequence[tuple[int, int]], window: int, low: tuple[int, int] | None = None) -> Correction:
     """The correction that reports ``(estimated, reported)`` give, the latest last: the slope
     between the latest and the report whose view differs most from it in size, when they are
-    far enough apart; else one report's worth (the latest)."""
-    e1, r1 = reports[-1]
-    e0, r0 = max(reports, key=lambda report: abs(report[0] - e1))
-    if abs(e1 - e0) >= max(MIN_SPREAD, SPREAD * max(e0, e1)):
-        scale = (r1 - r0) / (e1 - e0)
-        offset = r0 - scale * e0
-        if offset < 0:  # a count proportional to the text (rounded), or a text that varies
-            big, counted = max((e0, r0), (e1, r1))
-            return Correction(_clamped(counted / big), 0)
-        if MIN_RATIO <= scale <= MAX_RATIO:
-            return Correction(scale, min(round(offset), r1))
+    far enough apart, looked for among ``reports`` first (the freshest: tool definitions may
+    change), then with ``low`` (the smallest view reported on); else one report's worth."""
+    found = _slope(reports) or (_slope([low, *reports]) if low is not None else None)
+    if found is not None:
+        return found
     # one report's worth: the excess is the offset up to its share of the window, the rest scale
+    e1, r1 = reports[-1]
     offset = min(max(r1 - e1, 0), int(MAX_OFFSET_SHARE * window))
     return Correction(_clamped((r1 - offset) / e1), offset)
+
+
+def _slope(reports: Sequence[tuple[int, int]]) -> Correction | None:
+    e1, r1 = reports[-1]
+    e0, r0 = max(reports, key=lambda report: abs(report[0] - e1))
+    if abs(e1 - e0) < max(MIN_SPREAD, SPREAD * max(e0, e1)):
+        return None
+    scale = (r1 - r0) / (e1 - e0)
+    offset = r0 - scale * e0
+    if offset < 0:  # a count proportional to the text (rounded), or a text that varies
+        big, counted = max((e0, r0), (e1, r1))
+        return Correction(_clamped(counted / big), 0)
+    return Correction(scale, min(round(offset), r1)) if MIN_RATIO <= scale <= MAX_RATIO else None
 
 
 def _clamped(ratio: float) -> float:
@@ -146,7 +154,7 @@ class UsageAnchors:
             if anchor.low is None or latest[0] <= anchor.low[0]:
                 anchor.low = latest
             anchor.recent = [*anchor.recent[1 - KEPT_REPORTS :], latest]
-            anchor.correction = fitted([anchor.low, *anchor.recent], self.context_window)
+            anchor.correction = fitted(anchor.recent, self.context_window, anchor.low)
             return _clamped(input_tokens / anchor.estimated)
 
     def forget(self, session_id: str) -> None:

@@ -46,9 +46,13 @@ def provider(view, factor: float, offset: int = 0) -> int:
 
 
 def sloped(reported: list[int]) -> bool:
-    """Whether reports on views of these estimates give the slope: the latest and another at
-    least a quarter and 500 tokens apart (before, one report's worth is all there is)."""
-    return any(abs(e - reported[-1]) >= max(500, 0.25 * max(e, reported[-1])) for e in reported)
+    """Whether reports on views of these estimates give the slope: the latest and another of the
+    latest eight, or the smallest, at least a quarter and 500 tokens apart (before, one report's
+    worth is all there is)."""
+    if not reported:
+        return False
+    candidates = [*reported[-8:], min(reported)]
+    return any(abs(e - reported[-1]) >= max(500, 0.25 * max(e, reported[-1])) for e in candidates)
 
 
 def replay(compactor, history, factor: float, *, report: bool, sid: str = "s", async_=False, offset: int = 0):
@@ -72,7 +76,7 @@ def replay(compactor, history, factor: float, *, report: bool, sid: str = "s", a
         else:
             view, record = compactor.compact_with_record(history[:i], sid)
         true = offset + factor * estimate(candidate)
-        spread = max((abs(e - reported[-1]) for e in reported), default=0) if sloped(reported) else 0
+        spread = max(abs(e - reported[-1]) for e in [*reported[-8:], min(reported)]) if sloped(reported) else 0
         tolerance = 3 + 2 * true / max(spread or estimate(previous_view), 1)
         rows.append((record, true, view, tolerance, sloped(reported)))
         if report:
