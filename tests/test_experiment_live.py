@@ -234,6 +234,40 @@ def test_a_drop_in_under_async_session(tmp_path):
     assert len(set(variants)) == 1 and variants[0] == stored and stored in ("eager", "lazy")
 
 
+def test_session_compact_now_runs_the_sessions_variant_sync_and_async(tmp_path):
+    path = experiment_file(tmp_path, "trial", (0.5, 0.5))
+    with ExperimentCompactor(path) as compactor:
+        session = Session(compactor, "now-1")
+        session.extend(build_history([500] * 3, id_prefix="n_"))
+        session.view()
+        session.compact_now()
+        variant = compactor.variant_of("now-1")
+        assert [r.variant for r in session.records] == [variant, variant]
+        assert [r.variant for r in compactor.records("now-1") or []] == [variant, variant]
+
+    async def run() -> list[str | None]:
+        async with ExperimentCompactor(path) as compactor:
+            session = AsyncSession(compactor, "now-2")
+            session.extend(build_history([500] * 3, id_prefix="a_"))
+            await session.view()
+            await session.compact_now()
+            return [r.variant for r in session.records]
+
+    variants = asyncio.run(run())
+    assert len(variants) == 2 and variants[0] == variants[1] is not None
+
+
+def test_observed_usage_anchors_the_token_counts_of_the_sessions_variant(tmp_path):
+    with ExperimentCompactor(experiment_file(tmp_path, "trial", (0.5, 0.5))) as compactor:
+        session = Session(compactor, "usage-1")
+        session.extend(build_history([500] * 3, id_prefix="u_"))
+        session.view()
+        assert session.last_record.token_correction == 1.0
+        assert session.observe_usage(2 * session.last_record.tokens_after) is not None
+        session.view()
+        assert session.last_record.token_correction > 1.1 or session.last_record.token_offset > 0
+
+
 def test_closing_closes_each_shared_plugin_once(tmp_path):
     closed: list[str] = []
 

@@ -370,7 +370,20 @@ class ExperimentCompactor(ProgressiveCompactor):
         sid = self._session_id(session_id)
         return await self.compactor_for(sid).acompact_with_record(history, sid)
 
+    def _run_sync(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
+        sid = self._session_id(session_id)  # ``Session.compact_now`` too: the variant's, never the base's
+        return self.compactor_for(sid)._run_sync(history, sid, force)
+
+    async def _run_async(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
+        sid = self._session_id(session_id)
+        return await self.compactor_for(sid)._run_async(history, sid, force)
+
     # --- other services -----------------------------------------------------------------------
+
+    def observe_usage(self, session_id: str | None, input_tokens: int) -> float | None:
+        """Anchors the token counts of the session's variant, the compactor that counts its views."""
+        sid = self._session_id(session_id)
+        return self.compactor_for(sid).observe_usage(sid, input_tokens)
 
     def offload_tool_result(self, message: Mapping[str, Any], session_id: str | None = None) -> dict[str, Any]:
         """Offloaded by the session's variant (its ``tool_result_threshold`` and offloader)."""
