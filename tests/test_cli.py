@@ -956,6 +956,19 @@ def test_gc_says_removed_only_for_what_is_gone(tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "tool_results" / "s1" / "c1.txt").exists()
 
 
+def test_gc_removes_the_facts_a_kept_replay_wrote_for_the_session(tmp_path: Path, cfg: Path, session: Path) -> None:
+    keep = tmp_path / "kept"
+    assert run("replay", session, "-c", cfg, "--keep", keep).exit_code == 0
+    facts = keep / "replay" / "sess.facts.jsonl"
+    assert facts.is_file()  # what each compaction left out: the transcript's facts
+    dry = run("gc", "sess", "--data-dir", keep, "--dry-run")
+    assert dry.exit_code == 0 and f"replay --keep: {facts}" in dry.stdout and facts.is_file()
+    result = run("gc", "sess", "--data-dir", keep)
+    assert result.exit_code == 0, result.output
+    assert f"replay --keep: {facts}" in result.stdout
+    assert not facts.exists() and not (keep / "records" / "sess.jsonl").exists()
+
+
 def test_gc_arguments(cfg: Path) -> None:
     assert "either SESSION or --older-than" in one_error_line(run("gc", "-c", cfg))
     assert run("gc", "s", "--older-than", "1d", "-c", cfg).exit_code == 2

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import re
+import stat
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
+from ..errors import StorageError
+from ..models import SessionInfo
+from ..storage import remove, resolve_data_dir
 from .app import config_option, data_dir_option, echo_json, json_option, load_cli_config, storage_compactor
+from .records import facts_path
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -23,6 +29,21 @@ def parse_duration(value: str) -> float:
             f"expected a duration such as 7d, 12h, 30m or 2w, got {value!r}", param_hint="--older-than"
         )
     return sum(float(n) * _SECONDS[unit] for n, unit in parts)
+
+
+FACTS = "replay --keep"
+"""Who wrote a session's lost facts (``replay/{session}.facts.jsonl`` of the data folder): no plugin."""
+
+
+def _facts(data_dir: Path, session_id: str) -> SessionInfo | None:
+    """The facts file ``replay --keep`` wrote for the session in the data folder, if there is one
+    (a regular file: a link there is never followed)."""
+    path = facts_path(data_dir, session_id)
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return SessionInfo(session_id, st.st_mtime, FACTS, str(path)) if stat.S_ISREG(st.st_mode) else None
 
 
 def printable(session_id: str) -> str:
@@ -42,7 +63,8 @@ def printable(session_id: str) -> str:
 def gc(
     session: str | None, older_than: str | None, dry_run: bool, config: str, data_dir: str | None, as_json: bool
 ) -> None:
-    """Delete a SESSION's offloaded results, records and state, or every session older than AGE.
+    """Delete a SESSION's offloaded results, records and state (and the facts replay --keep wrote),
+    or every session older than AGE.
 
     What is stored is found through the plugins of the config (files, databases alike): each
     reports the sessions it keeps and when it last wrote for them, and each deletes its own.
@@ -58,6 +80,11 @@ def gc(
         listed, errors = compactor.hooks.list_sessions()  # a plugin that cannot list is an error
         for info in listed:
             stored.setdefault(info.session_id, []).append(info)
+        data = resolve_data_dir(cfg.data_dir)
+        for sid in [*stored, *([session] if session is not None and session not in stored else [])]:
+            facts = _facts(data, sid)  # what replay --keep left beside the records: the session's too
+            if facts is not None:
+                stored.setdefault(sid, []).append(facts)
         if session is not None:
             targets = [session]
         else:
@@ -68,7 +95,12 @@ def gc(
             for sid in targets:
                 if sid in stored:
                     errors += compactor.delete_session(sid)
-            for info in compactor.sessions():  # what a plugin reported but did not delete
+                    try:
+                        remove(facts_path(data, sid), data)
+                    except (OSError, StorageError) as exc:
+                        errors.append(f"session {printable(sid)}: {exc}")
+            left = [*compactor.sessions(), *filter(None, (_facts(data, sid) for sid in targets))]
+            for info in left:  # what a plugin reported but did not delete
                 if info.session_id in stored and info.session_id in targets:
                     kept.setdefault(info.session_id, []).append(info)
         for sid, infos in sorted(kept.items()):
