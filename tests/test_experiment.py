@@ -423,6 +423,18 @@ def test_the_interval_excludes_zero_exactly_when_the_test_is_significant():
             assert d.significant == (d.high < 0 or d.low > 0)
 
 
+def test_a_value_that_is_not_finite_is_refused_naming_where_it_is():
+    from progressive_compactor.lab.experiment import compare
+
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        per_variant = {
+            "old": {"s1": {"cost": 1.0}, "s2": {"cost": bad}},
+            "new": {"s1": {"cost": 1.0}, "s2": {"cost": 2.0}},
+        }
+        with pytest.raises(ValueError, match=r"cost of session 's2' under 'old' is not a finite number"):
+            compare(per_variant)
+
+
 def test_degenerate_differences_have_a_plain_verdict():
     from progressive_compactor.lab.experiment import paired_t, welch_t
 

@@ -672,7 +672,8 @@ def compare(
     first variant), as the module docstring describes. Sample sizes are given for the observed
     difference in cost and for ``effect`` (a share of the control's mean cost, default
     :data:`DEFAULT_EFFECT`), the smallest difference worth detecting: an unpaired comparison is
-    underpowered when it had less than 80 % power to detect that."""
+    underpowered when it had less than 80 % power to detect that. A value that is not finite (NaN,
+    infinity: no mean, no test) is refused with a :class:`ValueError` that says where it is."""
     effect = DEFAULT_EFFECT if effect is None else effect
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
@@ -681,6 +682,11 @@ def compare(
         raise ValueError("nothing to compare: no variant has any session")
     if control is not None and control not in per_variant:
         raise ValueError(f"no sessions of the control {control!r}; variants: {', '.join(variants)}")
+    for v, sessions in per_variant.items():
+        for s, m in sessions.items():
+            for key, value in m.items():
+                if value is not None and not math.isfinite(value):
+                    raise ValueError(f"the {key} of session {s!r} under {v!r} is not a finite number: {value}")
     chosen: str = control if control is not None else variants[0]
     ordered = [chosen] + [v for v in variants if v != chosen]
     rows = []
