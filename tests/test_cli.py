@@ -31,7 +31,7 @@ from cli_helpers import (
     write_config,
     write_jsonl,
 )
-from progressive_compactor import ProgressiveCompactor
+from progressive_compactor import ProgressiveCompactor, Session
 from progressive_compactor.cli import app as cli_mod
 from progressive_compactor.cli.app import cli as main
 from progressive_compactor.cli.gc import parse_duration
@@ -939,6 +939,22 @@ def test_gc_removes_a_session_folder_whose_id_file_is_gone(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0] == f"removed session {folder.name}"
     assert not folder.exists()
+
+
+def test_gc_keeps_a_session_written_recently_under_its_hashed_name(tmp_path: Path) -> None:
+    compactor = ProgressiveCompactor("classic", data_dir=str(tmp_path), config={"store-jsonl": {"record_none": True}})
+    session = Session(compactor, "a@example.com")
+    session.extend(synthetic_history()[:3])
+    session.view()
+    _age([tmp_path / "records"], 8 * 86400)  # its records are old ...
+    compactor.offload_tool_result({"role": "tool", "tool_call_id": "c1", "content": "x\n" * 6000}, "a@example.com")
+    folder = next((tmp_path / "tool_results").iterdir())
+    (folder / ".session_id").unlink()  # ... its results, written now, are listed under the hashed name
+    records = next((tmp_path / "records").iterdir())
+    result = run("gc", "--older-than", "7d", "--data-dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "removed session" not in result.stdout
+    assert records.exists() and (folder / "c1.txt").exists()
 
 
 def test_gc_says_removed_only_for_what_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import click
 
 from ..errors import StorageError
 from ..models import SessionInfo
-from ..storage import remove, resolve_data_dir
+from ..storage import made_by_safe_name, remove, resolve_data_dir, safe_name
 from .app import config_option, data_dir_option, echo_json, json_option, load_cli_config, storage_compactor
 from .records import facts_path
 
@@ -44,6 +44,13 @@ def _facts(data_dir: Path, session_id: str) -> SessionInfo | None:
     except OSError:
         return None
     return SessionInfo(session_id, st.st_mtime, FACTS, str(path)) if stat.S_ISREG(st.st_mode) else None
+
+
+def _name(session_id: str) -> str:
+    """The file name a session is kept under: a hashed name that a plugin listed as the session
+    (its id was lost) is its own."""
+    hashed = session_id.startswith("_") and made_by_safe_name(session_id)
+    return session_id if hashed else safe_name(session_id)
 
 
 def printable(session_id: str) -> str:
@@ -89,7 +96,13 @@ def gc(
             targets = [session]
         else:
             cutoff = time.time() - parse_duration(older_than or "")
-            targets = [sid for sid, infos in sorted(stored.items()) if max(i.updated for i in infos) < cutoff]
+            # a session is as new as anything kept under its file name, also where that is listed
+            # under the hashed name (a results folder whose id file is missing)
+            newest: dict[str, float] = {}
+            for sid, infos in stored.items():
+                name = _name(sid)
+                newest[name] = max(newest.get(name, 0.0), *(i.updated for i in infos))
+            targets = [sid for sid in sorted(stored) if newest[_name(sid)] < cutoff]
         kept: dict[str, list[Any]] = {}
         if not dry_run:
             for sid in targets:
