@@ -259,6 +259,8 @@ def test_session_compact_now_runs_the_sessions_variant_sync_and_async(tmp_path):
 
 def test_observed_usage_anchors_the_token_counts_of_the_sessions_variant(tmp_path):
     with ExperimentCompactor(experiment_file(tmp_path, "trial", (0.5, 0.5))) as compactor:
+        assert compactor.observe_usage("usage-0", 1000) is None  # no view yet: no variant decided for it
+        assert compactor.state("usage-0").variant is None
         session = Session(compactor, "usage-1")
         session.extend(build_history([500] * 3, id_prefix="u_"))
         session.view()

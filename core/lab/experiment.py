@@ -381,9 +381,14 @@ class ExperimentCompactor(ProgressiveCompactor):
     # --- other services -----------------------------------------------------------------------
 
     def observe_usage(self, session_id: str | None, input_tokens: int) -> float | None:
-        """Anchors the token counts of the session's variant, the compactor that counts its views."""
+        """Anchors the token counts of the variant that returned the session's last view (the
+        compactor that counts its views); None when none did, and no variant is decided for it."""
         sid = self._session_id(session_id)
-        return self.compactor_for(sid).observe_usage(sid, input_tokens)
+        for compactor in list(self._variants.values()):
+            ratio = compactor.observe_usage(sid, input_tokens)
+            if ratio is not None:
+                return ratio
+        return None
 
     def offload_tool_result(self, message: Mapping[str, Any], session_id: str | None = None) -> dict[str, Any]:
         """Offloaded by the session's variant (its ``tool_result_threshold`` and offloader)."""
