@@ -439,7 +439,18 @@ def test_degenerate_differences_have_a_plain_verdict():
     from progressive_compactor.lab.experiment import paired_t, welch_t
 
     assert paired_t([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]).verdict == "no difference"
-    assert paired_t([2.0, 3.0], [1.0, 2.0]).verdict == "significant: higher"  # +1 on every session
+    # +1 on every session, no spread: the sign test (2 × 0.5^n) says whether that is chance
+    assert paired_t([2.0, 3.0], [1.0, 2.0]).verdict == "not significant"  # p = 0.5
+    assert paired_t([2.0] * 6, [1.0] * 6).verdict == "significant: higher"  # p = 0.03
+    # each side one value: the permutation test (2 of the C(4, 2) splits put them apart)
+    assert welch_t([1.0, 1.0], [2.0, 2.0]).p == pytest.approx(1 / 3)
+    assert welch_t([1.0] * 5, [2.0] * 5).verdict == "significant: lower"  # p = 2 / 252
+    from progressive_compactor.lab.stats import sample_size
+
+    few = sample_size([1.0, 1.0], [2.0, 2.0], welch_t([1.0, 1.0], [2.0, 2.0]))
+    assert few.power == 0.0 and few.underpowered  # two sessions a side can never show it
+    enough = sample_size([1.0] * 5, [2.0] * 5, welch_t([1.0] * 5, [2.0] * 5))
+    assert enough.power == 1.0 and not enough.underpowered
     assert paired_t([2.0], [1.0]).verdict == "too few sessions"
     assert welch_t([2.0], [1.0, 1.5]).verdict == "too few sessions"
 

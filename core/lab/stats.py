@@ -259,8 +259,13 @@ def welch_t(treatment: Sequence[float], control: Sequence[float], alpha: float =
 def _t_result(
     mean: float, se: float, df: float, test: str, paired: bool, n: int, nc: int, alpha: float, control_mean: float
 ) -> Difference:
-    if se == 0:  # every session differs by exactly the same amount
-        p = 1.0 if mean == 0 else 0.0
+    if se == 0:  # no spread (every pair differs alike; each side one value): a test that needs none
+        if mean == 0:
+            p = 1.0
+        elif paired:  # the sign test: all n differences of one sign
+            p = min(1.0, 2 * 0.5**n)
+        else:  # the permutation test: the sides apart, as 2 of the C(n + nc, n) splits are
+            p = min(1.0, 2 / math.comb(n + nc, n))
         return Difference(mean, mean, mean, p, test, paired, n, nc, df, 0.0, alpha, control_mean)
     half = t_quantile(1 - alpha / 2, df) * se
     p = t_two_sided_p(mean / se, df)
@@ -323,8 +328,10 @@ def sample_size(
         pairs = max(2, math.ceil(z * z * sd_diff**2 / effect**2))
     power = None
     if difference.se is not None:
-        if difference.se == 0:
-            power = 1.0 if effect > 0 else None
+        if difference.se == 0:  # no spread: the exact test finds an effect iff its smallest p can pass
+            n, nc = difference.n, difference.n_control
+            smallest = 2 * 0.5**n if difference.paired else 2 / math.comb(n + nc, n)
+            power = (1.0 if smallest < difference.alpha else 0.0) if effect > 0 else None
         else:
             power = statistics.NormalDist().cdf(effect / difference.se - _z(1 - difference.alpha / 2))
     return SampleSize(
