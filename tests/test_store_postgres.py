@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import psycopg
 import pytest
@@ -352,3 +353,24 @@ def test_a_large_text_is_stored_once_however_many_handles_name_it(backend):
     plugin.on_delete_session("s2")
     with psycopg.connect(backend.block["dsn"], autocommit=True) as conn:
         assert conn.execute(f'SELECT count(*) FROM "{schema}".compactor_texts').fetchone() == (0,)
+
+
+def test_a_server_that_stops_answering_fails_open_and_the_next_turn_recovers(backend, postgres_server, proxy, tmp_path):
+    history = warn_history()
+    window = window_for(history, 0.85)
+    backend.block["dsn"] = postgres_server.dsn_via(proxy.port)
+    worker = backend.compactor(context_window=window, config=backend.config(timeout=0.5))
+    connect_all(worker, "postgres")
+    proxy.delay = 30  # the answers stop coming (a frozen server, a network that lost the way back)
+    started = time.monotonic()
+    view, record = worker.compact_with_record(history, "s")
+    took = time.monotonic() - started
+    proxy.delay = 0
+    assert problems(view) == [] and record.tier is CompactionTier.FULL
+    assert took < 5, took  # the statement's connection is given up soon after the timeout
+    assert any("loading session state failed" in e and "no answer" in e for e in record.errors), record.errors
+    assert postgres_server.password not in " ".join(record.errors)
+    time.sleep(0.5)  # the pause after an unreachable server (at most the 0.5 s timeout) is over
+    view_again, again = worker.compact_with_record(history, "s")
+    assert again.errors == () and worker.state("s").version == 1
+    assert view_again == alone(tmp_path, window).compact(history, "s")

@@ -27,12 +27,15 @@ changed::
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import re
+import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
 
 import attrs
 
@@ -74,6 +77,66 @@ _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 DSN_SHAPE = "postgresql://user:password@host:5432/dbname, or host=... port=5432 dbname=... user=..."
 DRIVER_LOGS = MaskedLogs("psycopg", "psycopg.pool")
 """On psycopg's loggers while a pool is open: what the pool logs never holds a password."""
+ANSWER_GRACE = 1.0
+"""Seconds past ``timeout`` a statement's answer may take before its connection is cut: the
+server cancels a statement at ``timeout`` itself, but a server that stops answering (frozen, or a
+network that lost the way back) cannot, and psycopg would wait for it forever."""
+
+
+class _Watchdog:
+    """One thread per process that cuts (shuts down the socket of) a connection whose statement
+    has not answered by its deadline, so that psycopg's wait ends with a lost connection."""
+
+    def __init__(self) -> None:
+        self._deadlines: list[tuple[float, int]] = []
+        self._watched: dict[int, tuple[Any, list[bool]]] = {}
+        self._lock = threading.Condition()
+        self._pid = 0
+        self._count = 0
+
+    @contextmanager
+    def watch(self, conn: Any, seconds: float) -> Iterator[list[bool]]:
+        """Within the block, ``conn`` is cut ``seconds`` from now; yields ``[cut]``, true once it was."""
+        cut = [False]
+        with self._lock:
+            if self._pid != os.getpid():  # none yet, or the parent's (not running after a fork)
+                self._deadlines, self._watched, self._pid = [], {}, os.getpid()
+                threading.Thread(target=self._run, name="compactor-postgres-watchdog", daemon=True).start()
+            self._count += 1
+            token = self._count
+            self._watched[token] = (conn, cut)
+            heapq.heappush(self._deadlines, (time.monotonic() + seconds, token))
+            if self._deadlines[0][1] == token:
+                self._lock.notify()
+        try:
+            yield cut
+        finally:
+            with self._lock:
+                del self._watched[token]
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                while self._deadlines and self._deadlines[0][1] not in self._watched:
+                    heapq.heappop(self._deadlines)  # answered in time
+                if not self._deadlines:
+                    self._lock.wait()
+                    continue
+                deadline, token = self._deadlines[0]
+                if time.monotonic() < deadline:
+                    self._lock.wait(deadline - time.monotonic())
+                    continue
+                heapq.heappop(self._deadlines)
+                conn, cut = self._watched[token]
+                cut[0] = True
+                try:
+                    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+                except Exception:  # noqa: BLE001, S110 - closed meanwhile: nothing to cut
+                    pass
+
+
+WATCHDOG = _Watchdog()
 
 
 def _refused(why: str) -> ValueError:
@@ -270,12 +333,15 @@ class PostgresDatabase:
             raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
         for attempt in (1, 2):
             conn = None
+            cut = [False]
             try:
-                with (pool or self._ready()).connection() as conn:
+                with (pool or self._ready()).connection() as conn, WATCHDOG.watch(conn, self._patience) as cut:
                     return work(conn)
             except PoolTimeout as exc:
                 return self._run_direct(work, where, exc)
             except psycopg.Error as exc:
+                if cut[0]:
+                    self._no_answer(where, exc)
                 if attempt == 1 and conn is not None and (conn.closed or getattr(conn, "broken", False)):
                     try:
                         (pool or self._pool).check()  # the others were likely lost too: replace them first
@@ -301,12 +367,24 @@ class PostgresDatabase:
             conn = psycopg.connect(self.dsn, **self._connection_settings())
         except psycopg.Error as exc:
             fail(where, waited, self.secrets, detail=self._unreachable(f"{waited}; connecting: {exc}"))
+        cut = [False]
         try:
-            with conn:
+            with conn, WATCHDOG.watch(conn, self._patience) as cut:
                 self._configure(conn)
                 return work(conn)
         except psycopg.Error as exc:
+            if cut[0]:
+                self._no_answer(where, exc)
             fail(where, exc, self.secrets)
+
+    @property
+    def _patience(self) -> float:
+        return self.settings.timeout + ANSWER_GRACE
+
+    def _no_answer(self, where: str, exc: BaseException) -> NoReturn:
+        """A statement the watchdog cut: the server is as good as unreachable, for a few seconds."""
+        why = f"no answer within {self.settings.timeout:g} s; the connection was given up"
+        fail(where, exc, self.secrets, detail=self._unreachable(why))
 
     def close(self) -> None:
         with self._lock:
