@@ -31,6 +31,7 @@ from store_contract import (
     connect_all,
     run_turns,
     sha,
+    tool,
     warn_history,
 )
 
@@ -374,3 +375,13 @@ def test_a_server_that_stops_answering_fails_open_and_the_next_turn_recovers(bac
     view_again, again = worker.compact_with_record(history, "s")
     assert again.errors == () and worker.state("s").version == 1
     assert view_again == alone(tmp_path, window).compact(history, "s")
+
+
+def test_a_call_id_or_handle_no_text_column_holds_is_offloaded_and_read_like_any_other(backend):
+    plugin = backend.compactor().pm.get_plugin("offload-postgres")
+    for call in ("call\x00nul", "call\ud800lone"):  # tool-call ids come from the provider, as they are
+        text = f"the result of {call}\n" + "x" * 5000
+        entry = plugin.offload(tool(call, text), "s", 100)
+        assert entry is not None and entry.tool_call_id == call
+        assert plugin.read_offloaded(entry.handle) == text
+    assert plugin.read_offloaded("s/\ud800") is None  # what a model writes as a handle

@@ -49,6 +49,25 @@ def storable_id(session_id: str) -> str:
     return session_id
 
 
+def storable_text(text: str) -> str:
+    """A text that only describes (a tool-call id beside its handle) as a text column takes it:
+    a NUL or a lone surrogate, which no UTF-8 column holds, becomes U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text.replace("\x00", "\ufffd")
+
+
+def is_storable(text: str) -> bool:
+    """Whether a text column can hold ``text`` (no NUL, no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
 def new_stamp() -> str:
     """A value that names one saved state: a cached state is reused only while the stored stamp
     is the same (a version number alone repeats after a session is deleted and started again)."""

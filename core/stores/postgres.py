@@ -42,7 +42,18 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
-from .common import INHERITED, MaskedLogs, connection_check, connection_string, fail, require_module, shown, storable_id
+from .common import (
+    INHERITED,
+    MaskedLogs,
+    connection_check,
+    connection_string,
+    fail,
+    is_storable,
+    require_module,
+    shown,
+    storable_id,
+    storable_text,
+)
 
 if TYPE_CHECKING:
     from ..plugin_manager import PluginContext
@@ -444,6 +455,7 @@ class PostgresDatabase:
         """The handle that holds ``data``: the first of ``handles`` that is free (now taken) or
         already holds this very text; None when each holds another text."""
         sid = storable_id(session_id)
+        call = storable_text(tool_call_id)  # the handle names it already (a safe name)
         add_text = self._sql(
             "INSERT INTO {s}.compactor_texts (sha256, data) VALUES (%s, %s) ON CONFLICT (sha256) DO NOTHING"
         )
@@ -461,7 +473,7 @@ class PostgresDatabase:
                 with c.transaction():
                     c.execute(add_text, (sha, data))
                     for handle in handles:
-                        if c.execute(add_handle, (handle, sid, tool_call_id, sha, chars)).fetchone() is not None:
+                        if c.execute(add_handle, (handle, sid, call, sha, chars)).fetchone() is not None:
                             return handle
                         row = c.execute(holder, (handle,)).fetchone()
                         if row is not None and row[0] == sha:
@@ -473,7 +485,7 @@ class PostgresDatabase:
         return self._run(store)
 
     def read_offloaded(self, handle: str) -> bytes | None:
-        if "\x00" in handle:
+        if not is_storable(handle):  # no handle holds it
             return None
         sql = self._sql(
             "SELECT t.data FROM {s}.compactor_offloads o JOIN {s}.compactor_texts t ON t.sha256 = o.sha256"
