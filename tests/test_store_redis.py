@@ -30,6 +30,7 @@ from store_contract import (
     connect_all,
     run_turns,
     sha,
+    tool,
     warn_history,
 )
 
@@ -229,3 +230,30 @@ def test_the_bundled_fleet_config_runs(redis_server, tmp_path, monkeypatch):
     assert compactor.delete_session(sid) == []
     assert sid not in {i.session_id for i in compactor.sessions()}
     compactor.close()
+
+
+def test_a_result_offloaded_while_its_session_is_deleted_is_never_left_behind_unlisted(backend, monkeypatch):
+    import redis
+
+    deleting = backend.compactor().pm.get_plugin("offload-redis")
+    writing = backend.compactor().pm.get_plugin("offload-redis")  # another worker, its own connections
+    first = deleting.offload(tool("call_0", "first " * 1000), "s", 100)
+    smembers = redis.Redis.smembers
+    written = []
+
+    def then_another_worker_offloads(self, name):
+        found = smembers(self, name)
+        if not written:  # between the read of the session's handles and their deletion
+            written.append(writing.offload(tool("call_1", "second " * 1000), "s", 100))
+        return found
+
+    monkeypatch.setattr(redis.Redis, "smembers", then_another_worker_offloads)
+    deleting.on_delete_session("s")
+    monkeypatch.undo()
+    assert written and deleting.read_offloaded(first.handle) is None
+    # the other worker's result is either gone with the session or still listed (a later delete finds it)
+    listed = {info.session_id for info in deleting.list_sessions()}
+    if deleting.read_offloaded(written[0].handle) is not None:
+        assert "s" in listed
+    deleting.on_delete_session("s")
+    assert deleting.read_offloaded(written[0].handle) is None

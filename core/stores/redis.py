@@ -333,15 +333,16 @@ class RedisDatabase:
     def delete(self, kind: str, session_id: str) -> None:
         sid = session_id.encode("utf-8", "surrogatepass")
 
-        def delete(client: Any) -> None:
-            keys = [self._key(KEYS[kind], session_id)]
+        listed = self._key(KEYS[kind], session_id)
+
+        def delete(pipe: Any) -> None:
+            keys = [listed]
             if kind == "records":
                 keys.append(self._key("record-ids:", session_id))
-            elif kind == "offloads":
-                keys += [self.prefix + b"offload:" + h for h in client.smembers(self._key("offloads:", session_id))]
-            pipe = client.pipeline(transaction=True)
+            elif kind == "offloads":  # read under WATCH: a handle another worker adds meanwhile is deleted too
+                keys += [self.prefix + b"offload:" + h for h in pipe.smembers(listed)]
+            pipe.multi()
             pipe.delete(*keys)
             pipe.zrem(self._key("sessions:", kind), sid)
-            pipe.execute()
 
-        self._run(delete)
+        self._run(lambda client: client.transaction(delete, listed))
