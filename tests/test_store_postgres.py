@@ -10,6 +10,8 @@ completes with its state saved, or fails open; the password never shows.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 
@@ -385,3 +387,37 @@ def test_a_call_id_or_handle_no_text_column_holds_is_offloaded_and_read_like_any
         assert entry is not None and entry.tool_call_id == call
         assert plugin.read_offloaded(entry.handle) == text
     assert plugin.read_offloaded("s/\ud800") is None  # what a model writes as a handle
+
+
+def test_a_worker_forked_while_the_watchdog_holds_its_lock_does_not_hang(backend):
+    worker = backend.compactor()
+    assert worker.state("s").version == 0  # the watchdog's thread runs
+    held, forked = threading.Event(), threading.Event()
+
+    def hold() -> None:  # as the watchdog's thread holds it for an instant now and then
+        with pg_backend.WATCHDOG._lock:
+            held.set()
+            forked.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if worker.state("s").version == 0 else 2
+        finally:
+            os._exit(code)
+    forked.set()
+    holder.join()
+    for _ in range(200):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked worker hung")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -104,6 +104,11 @@ class _Watchdog:
         self._lock = threading.Condition()
         self._pid = 0
         self._count = 0
+        if hasattr(os, "register_at_fork"):  # a child never waits for a lock its parent's thread held
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self._deadlines, self._watched, self._lock, self._pid = [], {}, threading.Condition(), 0
 
     @contextmanager
     def watch(self, conn: Any, seconds: float) -> Iterator[list[bool]]:
@@ -111,7 +116,7 @@ class _Watchdog:
         cut = [False]
         with self._lock:
             if self._pid != os.getpid():  # none yet, or the parent's (not running after a fork)
-                self._deadlines, self._watched, self._pid = [], {}, os.getpid()
+                self._pid = os.getpid()
                 threading.Thread(target=self._run, name="compactor-postgres-watchdog", daemon=True).start()
             self._count += 1
             token = self._count
