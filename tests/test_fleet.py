@@ -24,6 +24,7 @@ import pytest
 
 from fleet_workers import KILL_POINTS, Fleet, load_session, reference, text_hash, turn_points
 from progressive_compactor import ProgressiveCompactor
+from progressive_compactor.errors import ConfigError
 from store_contract import Backend
 
 WINDOW = 16_000
@@ -252,3 +253,17 @@ def test_a_missing_server_skips_on_a_developer_machine_and_fails_in_ci(tmp_path,
     )
     assert outcome in done.stdout and done.returncode == status, done.stdout
     assert f"COMPACTOR_TEST_SERVERS={described} describes no redis server" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "kind, block", [("postgres", {"dsn": "postgresql://u:pw@db/x"}), ("redis", {"url": "redis://db/0"})]
+)
+@pytest.mark.parametrize("timeout", [3e6, float("inf"), float("nan")])
+def test_a_timeout_the_driver_cannot_use_is_a_config_error_naming_it(kind, block, timeout):
+    pytest.importorskip("psycopg" if kind == "postgres" else "redis")
+    with pytest.raises(ConfigError) as caught:
+        ProgressiveCompactor(
+            "classic", plugins={"state": f"state-{kind}"}, config={f"state-{kind}": {**block, "timeout": timeout}}
+        )
+    assert f"$.config.state-{kind}.timeout" in str(caught.value)
+    assert "at most 2147483 seconds" in str(caught.value)

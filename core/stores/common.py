@@ -14,6 +14,16 @@ from ..converters import SettingError
 from ..errors import ConfigError, StorageError
 from ..redaction import PASSWORD_MASK, SecretRegistry, connection_passwords, mask_passwords
 
+MAX_TIMEOUT = 2_147_483
+"""The longest ``timeout`` in seconds: PostgreSQL's ``statement_timeout`` is a 32-bit number of
+milliseconds, and an infinite one is no timeout."""
+TIMEOUT_RULE = f"timeout must be more than 0 and at most {MAX_TIMEOUT} seconds, got {{value}}"
+
+
+def usable_timeout(value: float) -> bool:
+    return 0 < value <= MAX_TIMEOUT  # false for NaN too
+
+
 INHERITED: list[object] = []
 """Connections and pools a forked process inherited from its parent: kept referenced, never used
 and never closed (closing them from the child could end the parent's sessions)."""

@@ -44,6 +44,7 @@ from ..errors import StorageError
 from ..redaction import mask_passwords
 from .common import (
     INHERITED,
+    TIMEOUT_RULE,
     MaskedLogs,
     connection_check,
     connection_string,
@@ -53,6 +54,7 @@ from .common import (
     shown,
     storable_id,
     storable_text,
+    usable_timeout,
 )
 
 if TYPE_CHECKING:
@@ -208,9 +210,7 @@ class PostgresSettings:
         default=4, validator=setting_check(lambda v: v >= 1, "pool_size must be 1 or more, got {value}")
     )
     """Connections kept per plugin and process (one serves a turn; more serve threads at once)."""
-    timeout: float = attrs.field(
-        default=10.0, validator=setting_check(lambda v: v > 0, "timeout must be more than 0 seconds, got {value}")
-    )
+    timeout: float = attrs.field(default=10.0, validator=setting_check(usable_timeout, TIMEOUT_RULE))
     """Seconds to connect, to wait for a pooled connection, and for any statement on the server."""
 
 

@@ -37,7 +37,16 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
-from .common import INHERITED, connection_check, connection_string, fail, require_module, shown
+from .common import (
+    INHERITED,
+    TIMEOUT_RULE,
+    connection_check,
+    connection_string,
+    fail,
+    require_module,
+    shown,
+    usable_timeout,
+)
 
 if TYPE_CHECKING:
     from ..plugin_manager import PluginContext
@@ -130,9 +139,7 @@ class RedisSettings:
         default=0.0, validator=setting_check(lambda v: v >= 0, "ttl must be 0 or more seconds, got {value}")
     )
     """Seconds a session's keys live after its last write (state: after its last turn); 0: until deleted."""
-    timeout: float = attrs.field(
-        default=10.0, validator=setting_check(lambda v: v > 0, "timeout must be more than 0 seconds, got {value}")
-    )
+    timeout: float = attrs.field(default=10.0, validator=setting_check(usable_timeout, TIMEOUT_RULE))
     """Seconds to connect and to wait for any one reply."""
 
 
