@@ -421,3 +421,26 @@ def test_a_worker_forked_while_the_watchdog_holds_its_lock_does_not_hang(backend
         os.waitpid(pid, 0)
         pytest.fail("the forked worker hung")
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_text_offloaded_while_another_session_naming_it_is_deleted_fails_neither(backend):
+    plugins = [backend.compactor().pm.get_plugin("offload-postgres") for _ in range(2)]  # two workers
+    text = "the same file, read in two sessions\n" * 200
+    errors: list[str] = []
+
+    def serve(plugin, session: str) -> None:
+        for n in range(150):
+            try:
+                entry = plugin.offload(tool(f"call_{n}", text), session, 100)
+                assert plugin.read_offloaded(entry.handle) == text
+                plugin.on_delete_session(session)
+            except Exception as exc:  # noqa: BLE001 - each is a failure of the test
+                errors.append(f"{session}: {type(exc).__name__}: {exc}")
+
+    workers = [threading.Thread(target=serve, args=(plugin, s)) for plugin, s in zip(plugins, "AB", strict=True)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert "the same file" not in backend.raw()  # the text went with the last session naming it

@@ -462,7 +462,8 @@ class PostgresDatabase:
         sid = storable_id(session_id)
         call = storable_text(tool_call_id)  # the handle names it already (a safe name)
         add_text = self._sql(
-            "INSERT INTO {s}.compactor_texts (sha256, data) VALUES (%s, %s) ON CONFLICT (sha256) DO NOTHING"
+            "INSERT INTO {s}.compactor_texts (sha256, data) VALUES (%s, %s)"
+            " ON CONFLICT (sha256) DO UPDATE SET sha256 = EXCLUDED.sha256"  # locked: no delete takes it meanwhile
         )
         add_handle = self._sql(
             "INSERT INTO {s}.compactor_offloads (handle, session_id, tool_call_id, sha256, chars)"
@@ -512,13 +513,21 @@ class PostgresDatabase:
     def delete(self, kind: str, session_id: str) -> None:
         sid = storable_id(session_id)
         if kind == "offloads":  # texts no other session's result shares go with it
-            sql = self._sql(
-                "WITH gone AS (DELETE FROM {s}.compactor_offloads WHERE session_id = %s RETURNING sha256)"
-                " DELETE FROM {s}.compactor_texts t WHERE t.sha256 IN (SELECT sha256 FROM gone) AND NOT EXISTS"
-                " (SELECT 1 FROM {s}.compactor_offloads o WHERE o.sha256 = t.sha256 AND o.session_id <> %s)"
+            gone = self._sql("DELETE FROM {s}.compactor_offloads WHERE session_id = %s RETURNING sha256")
+            lock = self._sql("SELECT 1 FROM {s}.compactor_texts WHERE sha256 = ANY(%s) ORDER BY sha256 FOR UPDATE")
+            unshared = self._sql(  # a statement of its own: it sees what an offload that held a lock just added
+                "DELETE FROM {s}.compactor_texts t WHERE t.sha256 = ANY(%s) AND NOT EXISTS"
+                " (SELECT 1 FROM {s}.compactor_offloads o WHERE o.sha256 = t.sha256)"
             )
-            params: tuple[Any, ...] = (sid, sid)
-        else:
-            sql = self._sql(f"DELETE FROM {{s}}.{TABLES[kind]} WHERE session_id = %s")  # noqa: S608 - fixed names
-            params = (sid,)
-        self._run(lambda c: c.execute(sql, params))
+
+            def delete(c: Any) -> None:
+                with c.transaction():
+                    shas = sorted({row[0] for row in c.execute(gone, (sid,)).fetchall()})
+                    if shas:
+                        c.execute(lock, (shas,))
+                        c.execute(unshared, (shas,))
+
+            self._run(delete)
+            return
+        sql = self._sql(f"DELETE FROM {{s}}.{TABLES[kind]} WHERE session_id = %s")  # noqa: S608 - fixed names
+        self._run(lambda c: c.execute(sql, (sid,)))
