@@ -451,6 +451,15 @@ class StoreContract:
         assert plugin.offload(tool("call_1", "short"), "s/1", 100) is None
         assert plugin.offload(tool("call_2", first.placeholder), "s/1", 10) is None
 
+    def test_a_call_id_or_handle_no_text_column_holds_is_offloaded_and_read_like_any_other(self, backend):
+        plugin = backend.compactor().pm.get_plugin(f"offload-{backend.kind}")
+        for call in ("call\x00nul", "call\ud800lone"):  # tool-call ids come from the provider, as they are
+            text = f"the result of {call}\n" + "x" * 5000
+            entry = plugin.offload(tool(call, text), "s", 100)
+            assert entry is not None and entry.tool_call_id == call
+            assert plugin.read_offloaded(entry.handle) == text
+        assert plugin.read_offloaded("s/\ud800") is None  # what a model writes as a handle
+
     def test_the_placeholder_is_the_one_offload_files_writes(self, backend, tmp_path):
         files = ProgressiveCompactor("classic", data_dir=str(tmp_path / "files")).pm.get_plugin("offload-files")
         plugin = backend.compactor().pm.get_plugin(f"offload-{backend.kind}")

@@ -379,16 +379,6 @@ def test_a_server_that_stops_answering_fails_open_and_the_next_turn_recovers(bac
     assert view_again == alone(tmp_path, window).compact(history, "s")
 
 
-def test_a_call_id_or_handle_no_text_column_holds_is_offloaded_and_read_like_any_other(backend):
-    plugin = backend.compactor().pm.get_plugin("offload-postgres")
-    for call in ("call\x00nul", "call\ud800lone"):  # tool-call ids come from the provider, as they are
-        text = f"the result of {call}\n" + "x" * 5000
-        entry = plugin.offload(tool(call, text), "s", 100)
-        assert entry is not None and entry.tool_call_id == call
-        assert plugin.read_offloaded(entry.handle) == text
-    assert plugin.read_offloaded("s/\ud800") is None  # what a model writes as a handle
-
-
 def test_a_worker_forked_while_the_watchdog_holds_its_lock_does_not_hang(backend):
     worker = backend.compactor()
     assert worker.state("s").version == 0  # the watchdog's thread runs

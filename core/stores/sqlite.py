@@ -34,7 +34,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import StorageError
 from ..storage import private_dir
-from .common import INHERITED, fail, storable_id
+from .common import INHERITED, fail, is_storable, storable_id, storable_text
 
 if TYPE_CHECKING:
     import sqlite3
@@ -260,6 +260,7 @@ class SqliteDatabase:
         """The handle that holds ``data``: the first of ``handles`` that is free (now taken) or
         already holds this very text; None when each holds another text."""
         sid = storable_id(session_id)
+        call = storable_text(tool_call_id)  # the handle names it already (a safe name)
 
         def store(c: sqlite3.Connection) -> str | None:
             for handle in handles:
@@ -274,7 +275,7 @@ class SqliteDatabase:
                 c.execute(
                     "INSERT INTO compactor_offloads (handle, session_id, tool_call_id, sha256, chars, created)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (handle, sid, tool_call_id, sha, chars, time.time()),
+                    (handle, sid, call, sha, chars, time.time()),
                 )
                 return handle
             return None
@@ -282,6 +283,8 @@ class SqliteDatabase:
         return self._run(store, transaction=True)
 
     def read_offloaded(self, handle: str) -> bytes | None:
+        if not is_storable(handle):  # no handle holds it
+            return None
         sql = "SELECT t.data FROM compactor_offloads o JOIN compactor_texts t ON t.sha256 = o.sha256 WHERE o.handle = ?"
         row = self._run(lambda c: c.execute(sql, (handle,)).fetchone())
         return None if row is None else bytes(row[0])
