@@ -115,7 +115,7 @@ def _structural(line: str) -> bool:
     if not line.lstrip().startswith(("#", "*", "[")):  # what a heading or the marker starts with
         return False
     m = _HEADING.match(line)
-    if m is not None and (_title(m) in _ALIASES or _title(m) in _PROSE_TITLES):
+    if m is not None and ((title := _title(m)) in _ALIASES or title in _PROSE_TITLES):
         return True
     return line.strip() == COMPACTION_MARKER
 
@@ -132,9 +132,10 @@ def _escaped(content: str) -> str:
 @functools.lru_cache(maxsize=256)  # an anchor is formatted several times a compaction (its length measured)
 def _escaped_lines(content: str) -> str:
     lines = content.splitlines()  # as parse_markdown splits them
-    if not any(_structural(line.lstrip("\\")) for line in lines):
+    marked = [_structural(line.lstrip("\\")) for line in lines]
+    if not any(marked):
         return content
-    return "\n".join("\\" + line if _structural(line.lstrip("\\")) else line for line in lines)
+    return "\n".join("\\" + line if structural else line for line, structural in zip(lines, marked, strict=True))
 
 
 _ORDER = tuple(AnchorType)

@@ -63,11 +63,11 @@ class ProgressiveCompactor:
 
     ``config`` is a :class:`CompactorConfig`, a bundled config name, a YAML path or a mapping (what
     a YAML file holds); any other keyword (``context_window=...``, ``plugins={...}``,
-    ``config={plugin: {...}}``) overrides that config's top-level keys, nested mappings merged. ``todo_injector`` (a callable returning text
-    for the compaction message), ``memory_extractor`` (a callable given the messages about to be
-    summarized), ``record_store`` (an object with ``save``/``append``, or a callable) and
-    ``offloader`` (a plugin object) are registered as plugins, as are ``extra_plugins``
-    (``(name, object)`` pairs, which the config may also select by name).
+    ``config={plugin: {...}}``) overrides that config's top-level keys, nested mappings merged.
+    ``todo_injector`` (a callable returning text for the compaction message), ``memory_extractor``
+    (a callable given the messages about to be summarized), ``record_store`` (an object with
+    ``save``/``append``, or a callable) and ``offloader`` (a plugin object) are registered as
+    plugins, as are ``extra_plugins`` (``(name, object)`` pairs, the config may select them too).
     """
 
     def __init__(
@@ -169,8 +169,8 @@ class ProgressiveCompactor:
         session's views count ``offset + scale × estimate``, both learnt from the reports (the
         offset: what the provider counts besides the messages, tool definitions), so the tiers
         fire at the real share of the window; records say them (``token_offset``,
-        ``token_correction``). Returns ``reported ÷ estimated`` for the view (kept between 0.25
-        and 4), or None when no view was returned for the session yet. See ``progressive_compactor.usage``.
+        ``token_correction``). Returns ``reported ÷ estimated`` for the view (kept between 0.25 and
+        4), or None when no view was returned for the session yet. See :mod:`progressive_compactor.usage`.
         """
         return self._usage.observe(self._session_id(session_id), input_tokens)
 

@@ -275,8 +275,8 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
     call with no result there gets a short synthetic result saying so; a tool message that answers
     no call of its run (or answers one twice) becomes a user message that keeps its text, so no
     result is lost; a system message that is not first becomes a user message that starts with
-    :data:`SYSTEM_NOTE`. Returns the
-    repaired list and how many repairs were made (0, and an equal list, when it was valid).
+    :data:`SYSTEM_NOTE`. Returns the repaired list and how many repairs were made (0, and an
+    equal list, when it was valid).
     ``at_start=False`` says the list continues a view, so even its first message is not first.
     """
     out: list[Message] = []

@@ -4,9 +4,9 @@ A session's cache (:class:`~progressive_compactor.session_cache.SessionCache`: w
 has read of its history) holds the history's messages: about half a megabyte for a session of a
 few hundred messages. A compactor that serves a long-running worker sees thousands of sessions;
 it keeps the caches of the ``cached_sessions`` most recently compacted ones and drops the least
-recently compacted beyond that, with its usage ratio. A dropped session's next turn reads its
-history again and counts with ratio 1 until the provider reports again, as a worker that never
-served it would: its state is in the state store, so its view is the same.
+recently compacted beyond that, with its usage correction. A dropped session's next turn reads
+its history again and counts without a correction until the provider reports again, as a worker
+that never served it would: its state is in the state store, so its view is the same.
 
 Turns of one session are served one at a time, sync and async alike (two at once would race on
 its state and its cache): a lock per session, kept while a turn of it is waiting or running, then
@@ -69,7 +69,7 @@ class RecentlyUsed(Generic[V]):
 
 
 class SessionMemory:
-    """The caches of the ``limit`` most recently compacted sessions, the usage ratios of the same
+    """The caches of the ``limit`` most recently compacted sessions, the usage corrections of the same
     sessions, and a lock per session being served (thread-safe)."""
 
     def __init__(self, limit: int, usage: UsageAnchors):
@@ -82,7 +82,7 @@ class SessionMemory:
         ] = weakref.WeakKeyDictionary()
 
     def forget(self, session_id: str) -> None:
-        """Drop the session's cache and usage ratio (a deleted session)."""
+        """Drop the session's cache and usage correction (a deleted session)."""
         self.caches.pop(session_id)
         self.usage.forget(session_id)
 

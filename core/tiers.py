@@ -123,8 +123,7 @@ class TierRunner:
         self.config = config
         self.hooks = hooks if correction.none else CorrectedHooks(hooks, correction.scale)
         self.secrets = secrets
-        self.ratio = correction.scale
-        self.offset = correction.offset
+        self.correction = correction
         self._last_message: tuple[tuple[Any, ...], Message] | None = None
         """The last compaction message built and what it was built from (the secrets to mask
         included): a turn builds the message of its new state, then the cache asks for it again
@@ -273,7 +272,7 @@ class TierRunner:
         that what truncation drops stays readable through its handle.
         """
         # what the provider counts besides the messages (usage anchoring's offset) takes its room
-        budget = max(int(self.config.fallback_budget * self.config.context_window) - self.offset, 0)
+        budget = max(int(self.config.fallback_budget * self.config.context_window) - self.correction.offset, 0)
         work.fallback = True
         work.errors.append(EMERGENCY_CAUSE)
         self._offload(cache, work, len(work.uncovered))
@@ -318,7 +317,10 @@ class TierRunner:
             request = cache.pinned_for(state)
             pinned = [*head, *([request] if request is not None else []), *([compaction] if compaction else [])]
             result = self.hooks.fallback_compact(
-                pinned + work.uncovered, len(pinned), budget, max(self.config.context_window - self.offset, 0)
+                pinned + work.uncovered,
+                len(pinned),
+                budget,
+                max(self.config.context_window - self.correction.offset, 0),
             )
             if result is None:
                 raise FallbackError("no fallback_compact plugin answered; fallback-token-budget is essential")
@@ -483,10 +485,10 @@ class TierRunner:
     def view_tokens(self, cache: SessionCache, work: TurnWork) -> int:
         """Tokens of the view as it stands (counted once per message, kept in step)."""
         if work.fallback_view is not None:
-            return self.offset + sum(self.hooks.estimate_tokens(work.fallback_view))
+            return self.correction.offset + sum(self.hooks.estimate_tokens(work.fallback_view))
         compaction = self.hooks.estimate_tokens([work.compaction])[0] if work.compaction is not None else 0
         compaction += self._pinned_tokens(cache, work.state)
-        return self.offset + corrected(cache.system_tokens, self.ratio) + compaction + sum(work.counts)
+        return self.correction.total(cache.system_tokens) + compaction + sum(work.counts)  # the offset with it
 
     def assemble(self, cache: SessionCache, work: TurnWork) -> list[Message]:
         """The view as it stands: the fallback's, or system, pinned request, compaction message and
@@ -527,7 +529,7 @@ class TierRunner:
 
     def _pinned_tokens(self, cache: SessionCache, state: SessionState) -> int:
         """Tokens of the request ``state`` pins (counted once per session by the cache)."""
-        return corrected(cache.pinned_tokens(state), self.ratio)
+        return corrected(cache.pinned_tokens(state), self.correction.scale)
 
     def _tail_start(self, work: TurnWork) -> int:
         """Where the protected tail begins: never inside a tool call's results."""

@@ -167,7 +167,7 @@ def corrected(tokens: int, ratio: float) -> int:
 
 
 class CorrectedHooks(Hooks):
-    """The compactor's hooks with every token count multiplied by a session's ratio, for the
+    """The compactor's hooks with every token count multiplied by a session's scale, for the
     tier logic of one turn (the per-session cache keeps the estimator's own counts)."""
 
     def __init__(self, hooks: Hooks, ratio: float):  # a view of ``hooks``: the same plugins
