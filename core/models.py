@@ -255,6 +255,10 @@ class SessionState:
     whichever worker served it."""
     landed_messages: int = 0
     """Messages of the caller's history at that compaction."""
+    summary_tokens_out: int = 0
+    """What the summarizer wrote per summary in this session, in tokens (as it reported them,
+    else estimated from its text): a running mean in which each new summary weighs half (0: no
+    summary yet). A cost policy prices the next summary with it."""
 
 
 @attrs.frozen

@@ -248,7 +248,10 @@ class TierRunner:
         prose = parsed.prose or previous.summary
         if result.delta and previous.summary and parsed.prose:
             prose = f"{previous.summary}\n\n{parsed.prose}"
-        state = self._covering(cache, work, count, summary=prose, anchors=merged)
+        written = result.tokens_out
+        if written is None:  # not reported: estimated from what it wrote
+            written = self.hooks.estimate_tokens([Message(role="assistant", content=result.text)])[0]
+        state = self._covering(cache, work, count, summary=prose, anchors=merged, written=written)
         compaction = self.compaction_message(work.session_id, state, cache.request_for(state))
         new_tokens = self.hooks.estimate_tokens([compaction])[0] + self._pinned_tokens(cache, state)
         if new_tokens >= old_tokens + replaced:
@@ -346,15 +349,26 @@ class TierRunner:
         return self._covering(cache, work, cut, summary=summary, anchors=anchor_fns.ensure_facts(merged, facts))
 
     def _covering(
-        self, cache: SessionCache, work: TurnWork, count: int, *, summary: str | None, anchors: Sequence[Anchor]
+        self,
+        cache: SessionCache,
+        work: TurnWork,
+        count: int,
+        *,
+        summary: str | None,
+        anchors: Sequence[Anchor],
+        written: int | None = None,
     ) -> SessionState:
         """The state once ``work.uncovered[:count]`` is covered: the summary and anchors, cut to the
         summary budget as the compaction message shows them (the next summary request sends the
         previous summary as the agent saw it, no more) and with secrets masked (the state is
         written where records are); the boundary fingerprinted from the original message; the
         handles of the offloaded results that leave the view; no entry for a position now covered
-        (the state stays small however long the session runs)."""
+        (the state stays small however long the session runs). ``written``: the tokens a
+        summarizer wrote for it, which the state's running mean (``summary_tokens_out``) takes in."""
         previous = work.state
+        mean_written = previous.summary_tokens_out
+        if written is not None:  # each new summary weighs half
+            mean_written = (mean_written + written + 1) // 2 if mean_written else written
         anchors, summary = self._fit(anchors, summary or "")
         covered = previous.covered + count
         handles = list(previous.dropped_handles)
@@ -375,6 +389,7 @@ class TierRunner:
             covered_fingerprint=cache.prefix_fingerprint(covered),
             offloaded={k: e for k, e in previous.offloaded.items() if int(k) >= covered},
             dropped_handles=tuple(handles[-MAX_DROPPED_HANDLES:]),
+            summary_tokens_out=mean_written,
         )
 
     def _offload(

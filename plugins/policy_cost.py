@@ -79,7 +79,8 @@ class CostPolicy:
         summary_tokens: int = attrs.field(
             default=400, validator=setting_check(lambda v: v > 0, "summary_tokens must be more than 0, got {value}")
         )
-        """Tokens a summarizer writes per compaction (the output it is billed for)."""
+        """Tokens a summarizer writes per compaction (the output it is billed for), assumed until
+        the session's summaries show their own (``SessionState.summary_tokens_out``)."""
         request_tokens: int = attrs.field(
             default=600, validator=setting_check(lambda v: v >= 0, "request_tokens must be 0 or more, got {value}")
         )
@@ -105,7 +106,8 @@ class CostPolicy:
         tail = tokens / max(turn.view_messages, 1) * self.context.config.min_tail_messages
         summary, pinned = self._sizes(state)
         landing = summary + tail + c.keep_share * tokens
-        summarizing, fresh, cached = self._prices
+        writing, asking, fresh, cached = self._prices
+        summarizing = (state.summary_tokens_out or c.summary_tokens) * writing + asking
         # A pinned request stays in the provider's cache: the break re-reads the rest of the landing.
         one_off = summarizing + max(landing - pinned, 0.0) * fresh
         interval = math.sqrt(2 * growth * one_off / cached)
@@ -115,12 +117,13 @@ class CostPolicy:
         return Cycle(growth, landing, interval, max(landing + interval, settle, c.min_trigger_tokens))
 
     @functools.cached_property
-    def _prices(self) -> tuple[float, float, float]:
-        """A summary's price; the price of a token re-read fresh over cached; a cached token's."""
-        prices, c = self.context.config.pricing, self.config
+    def _prices(self) -> tuple[float, float, float, float]:
+        """A written token's price; a summary request's, besides its messages; the price of a
+        token re-read fresh over cached; a cached token's."""
+        prices = self.context.config.pricing
         fresh = prices.cache_write if prices.cache_write is not None else prices.input
-        summarizing = c.summary_tokens * prices.summarizer_output + c.request_tokens * prices.summarizer_input
-        return summarizing, max(fresh - prices.cached_input, 0.0), max(prices.cached_input, 1e-9)
+        asking = self.config.request_tokens * prices.summarizer_input
+        return prices.summarizer_output, asking, max(fresh - prices.cached_input, 0.0), max(prices.cached_input, 1e-9)
 
     def _sizes(self, state: SessionState) -> tuple[float, float]:
         """Tokens of the state's summary (its anchors and prose) and of the pinned request; the

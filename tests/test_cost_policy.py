@@ -11,9 +11,14 @@ import pytest
 from progressive_compactor import CompactionTier, SessionState, SummaryRequest, TierInput, TurnContext
 from progressive_compactor.anchors import parse_markdown
 from progressive_compactor.http.prompt import build_prompt
-from progressive_compactor.models import Anchor, AnchorType, Facts, Message
+from progressive_compactor.models import Anchor, AnchorType, Facts, Message, ToolCall
 from progressive_compactor.plugin_manager import PluginContext
-from progressive_compactor.plugins.policy_cost import MESSAGES_PER_CALL, PRIOR_CALLS, SETTLE_CALLS, CostPolicy
+from progressive_compactor.plugins.policy_cost import (
+    MESSAGES_PER_CALL,
+    PRIOR_CALLS,
+    SETTLE_CALLS,
+    CostPolicy,
+)
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
 from progressive_compactor.plugins.tier_soft import SoftTier
 from progressive_compactor.pricing import PriceTable
@@ -93,6 +98,20 @@ def test_the_thresholds_stay_the_safety_limits(ratio, tier):
     window = 4_000  # a view too small for the cost trigger: only the thresholds decide
     tokens = int(ratio * window)
     assert policy().determine_tier(ratio, tokens, window, turn(tokens)) is tier
+
+
+def test_the_session_s_summaries_price_the_next_one():
+    """What the summarizer wrote (``summary_tokens_out``) replaces the assumed ``summary_tokens``
+    in the one-off cost: a terse summarizer compacts sooner, a verbose one later."""
+    cost, p = policy(), PriceTable()
+    c = CostPolicy.Config()
+    assumed = cost.cycle(20_000, turn(20_000))
+    terse = cost.cycle(20_000, turn(20_000, state=SessionState(summary_tokens_out=100)))
+    verbose = cost.cycle(20_000, turn(20_000, state=SessionState(summary_tokens_out=2_000)))
+    assert terse.trigger < assumed.trigger < verbose.trigger
+    one_off = assumed.interval**2 * p.cached_input / (2 * assumed.growth)
+    terse_off = one_off - (c.summary_tokens - 100) * p.summarizer_output
+    assert terse.interval == pytest.approx(math.sqrt(2 * terse.growth * terse_off / p.cached_input))
 
 
 def test_a_pinned_request_is_not_counted_in_the_cache_break():
@@ -235,6 +254,31 @@ def test_a_lean_request_cuts_results_and_sends_the_previous_summary_once():
     assert "Earlier work." not in delta.user and "only what the new messages add" in delta.system
 
 
+def test_a_request_names_tool_calls_by_short_labels_not_by_their_ids():
+    """A provider's call id is some 30 random characters (a score of tokens each time) that tell
+    the summarizer only which result answers which call: a request labels the calls instead. A
+    result whose call it does not show keeps its id, and an offloaded result's handle (in its
+    text) keeps it too, so the summary can name it."""
+    first, second, stray = "toolu_01Gk3P7HeiSrLZ3UC1cfxLzG", "toolu_01Ba8eg2XcfNJemSjzoeGb61", "call_9xQ2mLwZ"
+    handle = f"s/{second}"
+    messages = [
+        Message(
+            role="assistant",
+            content="Looking.",
+            tool_calls=(ToolCall(first, "bash", '{"cmd": "ls"}'), ToolCall(second, "read", '{"path": "a.py"}')),
+        ),
+        Message(role="tool", tool_call_id=second, name="read", content=f"[Tool result offloaded. Handle: {handle}]"),
+        Message(role="tool", tool_call_id=first, content="a.py b.py"),
+        Message(role="tool", tool_call_id=stray, content="late"),
+    ]
+    user = build_prompt(request(messages=messages), delta=True).user
+    assert '-> tool call #1 bash: {"cmd": "ls"}' in user and "-> tool call #2 read:" in user
+    assert "[2] tool result of #2 (read):" in user and "[3] tool result of #1:\na.py b.py" in user
+    assert user.count(second) == 1 and f"Handle: {handle}" in user  # only in the handle
+    assert first not in user
+    assert f"[4] tool result ({stray}):" in user
+
+
 def test_after_a_compaction_the_next_waits_for_growth_past_where_it_landed():
     """A compaction that cannot get below the trigger (a large protected tail) must not repeat on
     every turn: the trigger counts from where the last compaction really landed."""
@@ -285,6 +329,38 @@ def test_a_summarizing_compaction_saves_where_it_landed(tmp_path):
     compactor.close()
     assert record.tier >= CompactionTier.SOFT
     assert (state.landed_tokens, state.landed_messages) == (record.tokens_after, len(history))
+
+
+def test_what_the_summarizer_wrote_is_kept_as_a_running_mean(make_compactor):
+    """The state keeps what a summary cost to write, for the policy to price the next one: the
+    tokens the summarizer reported, or, when it reports none, an estimate from its text; each new
+    summary weighs half."""
+    from progressive_compactor.plugin import hookimpl
+    from progressive_compactor.testing import RecordingSummarizer
+
+    class SoftOnce:  # one Soft compaction a turn: the loop guard's question is answered None
+        @hookimpl
+        def determine_tier(self, ratio, tokens, context_window, turn):
+            return CompactionTier.NONE if turn.after_compaction else CompactionTier.SOFT
+
+    size = {"chars": 400}  # 100 tokens reported, then 50
+    reporting = RecordingSummarizer(text=lambda request: "## Summary\n" + "w" * (size["chars"] - 11))
+    policy, history = SoftOnce(), build_history([3000] * 12)
+    compactor = make_compactor("default", extra_plugins=[("p", policy), ("s", reporting)])
+    _, first = compactor.compact_with_record(history[:10])
+    assert first.summarizer_calls == 1 and compactor.state("test-session").summary_tokens_out == 100
+    size["chars"] = 200
+    _, second = compactor.compact_with_record(history)
+    assert second.summarizer_calls == 1 and compactor.state("test-session").summary_tokens_out == 75
+
+    silent = RecordingSummarizer()  # the extractive summary: no usage reported
+    other = make_compactor("default", extra_plugins=[("p", policy), ("s", silent)], session_id="other")
+    view, record = other.compact_with_record(history)
+    written = other.state("other").summary_tokens_out
+    assert record.summarizer_tokens_out == 0 and silent.calls == 1
+    assert 0 < written == len(ExtractiveSummarizer().summarize(silent.requests[0]).text) // 4
+    compactor.close()
+    other.close()
 
 
 def test_a_cost_trigger_with_nothing_to_summarize_does_not_escalate_to_truncation(make_compactor):

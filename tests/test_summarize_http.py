@@ -635,6 +635,7 @@ def test_a_delta_prompt_shows_every_fact_the_core_adds_and_asks_not_to_copy_them
     )
     delta = build_prompt(_request(facts=facts), delta=True)
     assert "Never copy the facts" in delta.system and "do not copy them" in delta.user
+    assert "original request" not in delta.user  # shown once, in <user_request>
     facts_shown = ("src/bar.py", "pytest -> ImportError: foo", "I will keep a shim module named foo.", "Next, I will")
     for fact in (*facts_shown, "Later instructions from the user: Keep the old import path working."):
         assert fact in delta.user

@@ -99,33 +99,27 @@ Write the whole updated summary now, in the format above."""
 
 DELTA_SYSTEM = """\
 You keep the running summary of a long working session between a user and an AI agent that uses \
-tools. The summary so far is kept elsewhere; your job is to write only what the new messages add \
-to it, in exactly this Markdown format, with these six headings in this order and nothing before or \
-after them:
+tools. A program keeps the summary so far; write only what the new messages add to it, in exactly \
+this Markdown format: these six headings, in this order, nothing before or after them.
 
 ## User Intent
-Any new instruction, constraint or change of mind from the user that the facts do not quote, each \
-on its own line (N/A if none).
+New instructions, constraints or changes of mind from the user that the facts do not quote, one \
+per line.
 ## Execution Progress
-What the new messages did and what state it left, beyond the files the facts list: commands run \
-and their outcome, the state of tests and builds.
+What the new messages did and the state they left: commands and their outcome, tests and builds.
 ## Key Decisions
-Each decision taken in the new messages that the facts do not state, and why (or why for one \
-they state).
+Each decision taken, and why (or why for one the facts state).
 ## Tried Solutions
-Each approach that failed or was abandoned in the new messages, and why, beyond the failed \
-commands the facts list.
+Each approach that failed or was abandoned, and why, beyond the failed commands the facts list.
 ## Next Steps
-The immediate next step, in one or two lines (N/A when it is the one the facts give).
+The immediate next step, in a line or two (N/A when it is the one the facts give).
 ## Summary
-One short paragraph of prose on what happened in the new messages.
+One short paragraph on what happened in the new messages.
 
 Rules:
-- Only what the new messages add: the previous summary is merged with yours by a program.
-- Never copy the facts you are given: the program adds every one of them to the summary itself. \
-Under a heading with nothing beyond them, or nothing new, write N/A. Never drop a heading.
-- Tool results shown as "[Tool result offloaded ...]" were moved to files: keep the handle of \
-any result that still matters, so the agent can read it back.
+- Never copy the facts you are given: the program adds them to the summary itself. Under a \
+heading with nothing new, write N/A; never drop a heading.
+- Keep the handle of any offloaded tool result ("[Tool result offloaded ...]") that still matters.
 - Be concrete: names, paths, numbers, error messages. No advice, no commentary.
 - Stay under about $target_words words ($target_tokens tokens)."""
 
@@ -137,8 +131,7 @@ $user_request
 </user_request>
 
 <facts>
-Facts extracted mechanically from the new messages. A program adds every one of them to the
-summary itself: do not copy them, write only what they leave out.
+Extracted from the new messages by the program, which adds them to the summary: do not copy them.
 $facts
 </facts>
 
@@ -255,8 +248,9 @@ def render_facts(facts: Facts, quoted: bool = False, stated: bool = False) -> st
     is asked not to copy what the core adds to the summary itself, so it must see all of it)."""
     request = facts.user_request or "N/A"
     if facts.user_request and quoted:
-        request = "(quoted above)" if stated else "(quoted above; keep it verbatim)"
-    lines = [f"User's original request (verbatim):\n{request}"]
+        request = "(quoted above; keep it verbatim)"
+    # a delta shows the request above and the program keeps it: nothing to say of it here
+    lines = [] if stated and quoted else [f"User's original request (verbatim):\n{request}"]
     listed: list[tuple[str, Sequence[str]]] = [
         ("Later instructions from the user", facts.instructions),
         ("Files created", facts.files_created),
@@ -276,35 +270,62 @@ def render_facts(facts: Facts, quoted: bool = False, stated: bool = False) -> st
     return "\n".join(lines)
 
 
-def render_message(index: int, message: Message, max_chars: int, max_result_chars: int | None = None) -> str:
+def render_message(
+    index: int,
+    message: Message,
+    max_chars: int,
+    max_result_chars: int | None = None,
+    labels: dict[str, str] | None = None,
+) -> str:
     """One message as a compact block, at most about ``max_chars`` characters (a tool result
-    at most ``max_result_chars``: its facts, files and error line reach the prompt anyway)."""
+    at most ``max_result_chars``: its facts, files and error line reach the prompt anyway).
+
+    ``labels`` names tool calls by short labels (``#1``, ``#2``...) instead of their ids: a
+    provider's call id is some 30 random characters (a score of tokens) that tell the summarizer
+    nothing but which result answers which call. A result whose call has no label is shown with
+    its id; an offloaded result's handle, in its text, keeps the id either way."""
+    labels = {} if labels is None else labels
     if message.role == "tool" and max_result_chars is not None:
         max_chars = min(max_chars, max_result_chars)
     if message.role == "tool":
-        head = f"[{index}] tool result ({message.tool_call_id}"
-        head += f", {message.name})" if message.name else ")"
+        label = labels.get(message.tool_call_id or "")
+        head = f"[{index}] tool result of {label}" if label else f"[{index}] tool result ({message.tool_call_id}"
+        if message.name:
+            head += f" ({message.name})" if label else f", {message.name})"
+        elif not label:
+            head += ")"
     else:
         head = f"[{index}] {message.role}"
     body = text_of(message).strip()
-    calls = [
-        f"-> tool call {call.name} ({call.id}): {bound_text(call.arguments.strip(), max(max_chars // 4, 200))}"
-        for call in message.tool_calls
-    ]
+    calls = []
+    for call in message.tool_calls:
+        name = labels.get(call.id) or f"({call.id})"
+        calls.append(f"-> tool call {name} {call.name}: {bound_text(call.arguments.strip(), max(max_chars // 4, 200))}")
     text = "\n".join(part for part in [body, *calls] if part) or "(empty)"
     return f"{head}:\n{bound_text(text, max_chars)}"
+
+
+def call_labels(messages: Sequence[Message]) -> dict[str, str]:
+    """Short labels for the tool calls of ``messages`` (see :func:`render_message`)."""
+    labels: dict[str, str] = {}
+    for m in messages:
+        for call in m.tool_calls:
+            if call.id and call.id not in labels:
+                labels[call.id] = f"#{len(labels) + 1}"
+    return labels
 
 
 def render_messages(
     messages: Sequence[Message], max_chars: int, max_result_chars: int | None = None, user_request: str | None = None
 ) -> str:
     """The messages, one block each; the user's request (shown apart) is not repeated."""
+    labels = call_labels(messages)
     blocks = []
     for i, m in enumerate(messages, 1):
         if user_request and m.role == "user" and _is_request(text_of(m).strip(), user_request):
             blocks.append(f"[{i}] user:\n(the user's request, shown above)")
         else:
-            blocks.append(render_message(i, m, max_chars, max_result_chars))
+            blocks.append(render_message(i, m, max_chars, max_result_chars, labels))
     return "\n\n".join(blocks)
 
 
