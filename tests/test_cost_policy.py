@@ -276,7 +276,7 @@ def test_a_request_names_tool_calls_by_short_labels_not_by_their_ids():
     assert "[2] tool result of #2 (read):" in user and "[3] tool result of #1:\na.py b.py" in user
     assert user.count(second) == 1 and f"Handle: {handle}" in user  # only in the handle
     assert first not in user
-    assert f"[4] tool result ({stray}):" in user
+    assert f"[4] tool result of {stray}:" in user
 
 
 def test_after_a_compaction_the_next_waits_for_growth_past_where_it_landed():

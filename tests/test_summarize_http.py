@@ -618,7 +618,7 @@ def test_prompt_asks_for_the_anchor_format_and_the_facts():
     assert "Rename the module foo to bar and keep the tests green." in prompt.user
     assert "src/bar.py" in prompt.user and "pytest -> ImportError: foo" in prompt.user
     assert "Earlier the agent read README.md." in prompt.user
-    assert "[2] tool result (call_9, bash)" in prompt.user
+    assert "[2] tool result of call_9 (bash)" in prompt.user
     assert len(prompt.user) < 4000  # the 50 000-character result is bounded
     # what the prompt asks for is what the core reads
     assert parse_markdown("\n".join(h + "\nx" for h in headings)).missing == ()

@@ -282,25 +282,23 @@ def render_message(
 
     ``labels`` names tool calls by short labels (``#1``, ``#2``...) instead of their ids: a
     provider's call id is some 30 random characters (a score of tokens) that tell the summarizer
-    nothing but which result answers which call. A result whose call has no label is shown with
-    its id; an offloaded result's handle, in its text, keeps the id either way."""
+    nothing but which result answers which call. A call without a label is shown by its id; an
+    offloaded result's handle, in its text, keeps the id either way."""
     labels = {} if labels is None else labels
     if message.role == "tool" and max_result_chars is not None:
         max_chars = min(max_chars, max_result_chars)
     if message.role == "tool":
-        label = labels.get(message.tool_call_id or "")
-        head = f"[{index}] tool result of {label}" if label else f"[{index}] tool result ({message.tool_call_id}"
-        if message.name:
-            head += f" ({message.name})" if label else f", {message.name})"
-        elif not label:
-            head += ")"
+        call_id = message.tool_call_id or ""
+        head = f"[{index}] tool result of {labels.get(call_id, call_id)}"
+        head += f" ({message.name})" if message.name else ""
     else:
         head = f"[{index}] {message.role}"
     body = text_of(message).strip()
-    calls = []
-    for call in message.tool_calls:
-        name = labels.get(call.id) or f"({call.id})"
-        calls.append(f"-> tool call {name} {call.name}: {bound_text(call.arguments.strip(), max(max_chars // 4, 200))}")
+    calls = [
+        f"-> tool call {labels.get(call.id, call.id)} {call.name}: "
+        + bound_text(call.arguments.strip(), max(max_chars // 4, 200))
+        for call in message.tool_calls
+    ]
     text = "\n".join(part for part in [body, *calls] if part) or "(empty)"
     return f"{head}:\n{bound_text(text, max_chars)}"
 
