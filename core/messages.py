@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -157,9 +157,61 @@ def text_of(message: Message) -> str:
 IMAGE_CHARS = 3000
 """An image part counts as this many characters (about 750 tokens at four characters a token)."""
 
+AUDIO_DATA_CHARS = 64
+"""An audio part counts one character for this many characters of its base64 data. A model hears
+about 10 to 17 tokens a second of audio; the most compact audio the chat API takes (MP3 at
+32 kbit/s) is 5,333 characters of base64 a second, which counts as 83 characters (21 tokens): never
+under what a second costs, and a WAV (about 10 times larger) is only counted early."""
+
+_IMAGE_TYPES = frozenset({"image_url", "image", "input_image"})
+_DOCUMENT_TYPES = frozenset({"document", "file", "input_file"})
+_OPAQUE_KEYS = frozenset({"data", "signature", "file_data"})
+
+
+def part_sizes(value: Any, audio: bool = False) -> Iterator[str | int | None]:
+    """What a content part or block (or a list or object of them) sends, for an estimate: each of
+    its texts as a string, ``None`` for an image, and opaque data as the characters it counts as.
+
+    An image counts as one, whatever its data (its cost grows with its pixels, not its bytes). The
+    base64 data of a document or file (a PDF), the encrypted data of redacted thinking and a
+    thinking block's signature are sent and billed, but are no text a tokenizer reads: they count
+    as many characters as they have; a document counts an image besides (its pages are also shown
+    to the model as images). Audio counts by :data:`AUDIO_DATA_CHARS`. Every other string (the
+    text of a thinking block, a refusal, a document's title) is text; ``type`` keys and
+    non-strings count nothing.
+    """
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        kind = value.get("type")
+        audio = audio or kind == "input_audio"
+        if kind in _IMAGE_TYPES:
+            yield None
+            return
+        if kind in _DOCUMENT_TYPES:
+            yield None
+        for key, item in value.items():
+            if key == "type":
+                continue
+            if key in _OPAQUE_KEYS and isinstance(item, str):
+                yield len(item) // AUDIO_DATA_CHARS if audio else len(item)
+            else:
+                yield from part_sizes(item, audio)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from part_sizes(item, audio)
+
+
+def _chars(value: Any) -> int:
+    n = 0
+    for size in part_sizes(value):
+        n += len(size) if isinstance(size, str) else IMAGE_CHARS if size is None else size
+    return n
+
 
 def char_count(message: Message) -> int:
-    """Characters the default estimate counts: content plus tool-call names and arguments."""
+    """Characters the default estimate counts: content plus tool-call names and arguments, and the
+    blocks :data:`ANTHROPIC_KEY` carries; a part or block that is not text as :func:`part_sizes` reads it."""
     content = message.content
     if isinstance(content, str):
         n = len(content)
@@ -167,11 +219,13 @@ def char_count(message: Message) -> int:
         n = 0
         for part in content:
             text = part.get("text") if isinstance(part, Mapping) else None
-            n += len(text) if isinstance(text, str) else IMAGE_CHARS
+            n += len(text) if isinstance(text, str) else _chars(part)
     else:
         n = 0
     for call in message.tool_calls:
         n += len(call.name) + len(call.arguments)
+    if message.extra and ANTHROPIC_KEY in message.extra:
+        n += _chars(message.extra[ANTHROPIC_KEY])
     return n
 
 

@@ -1,7 +1,8 @@
 """``tokens-chars``: the token estimate from characters, 4 to a token by default.
 
 Characters ÷ 4 is the usual approximation for English text and code (about ±10 %); it counts
-message content, tool-call names and arguments, and an image part as a fixed size.
+message content, tool-call names and arguments, an image part as a fixed size, and any other part
+or carried Anthropic block (a thinking block, a PDF) by its size (``char_count``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from progressive_compactor import CompactionTier, InvalidMessagesError
 from progressive_compactor.http.prompt import render_messages
 from progressive_compactor.messages import (
+    AUDIO_DATA_CHARS,
     IMAGE_CHARS,
     MISSING_RESULT,
     char_count,
@@ -503,3 +504,89 @@ def test_thinking_blocks_come_back_from_a_compaction(make_compactor):
     _, messages = to_anthropic(view)
     assert messages[-2:] == anthropic_tool_turn()[-2:]
     assert messages[-4]["content"] == anthropic_tool_turn()[1]["content"]
+
+
+THINKING = "Let me weigh the options before I call the tool. " * 400  # 20,000 characters
+SIGNATURE = "EqQBCkgIARABGAIiQL" * 20
+REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4a" * 50
+
+PDF = "JVBERi0xLjcKJcfsj6IKNSAwIG9iago8PC9MZW5ndGggNiAwIFI+PgpzdHJlYW0K" * 300
+
+
+def heavy_tool_turn():
+    """A tool loop of Claude with extended thinking: a long thinking block, redacted thinking, a PDF."""
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+                {"type": "text", "text": "Check the report"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": THINKING, "signature": SIGNATURE},
+                {"type": "redacted_thinking", "data": REDACTED},
+                {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "is_error": False,
+                    "content": [
+                        {"type": "text", "text": "see the page"},
+                        {
+                            "type": "document",
+                            "source": {"type": "text", "media_type": "text/plain", "data": "x" * 5000},
+                        },
+                    ],
+                }
+            ],
+        },
+    ]
+
+
+def test_blocks_carried_for_anthropic_are_counted_as_they_are_sent():
+    """A 20,000-character thinking block goes back to the provider: it counts as much, not as the
+    few characters of text its message has."""
+    user, thinker, result_ = messages_from_dicts(from_anthropic(heavy_tool_turn()))
+    assert char_count(thinker) == len(THINKING) + len(SIGNATURE) + len(REDACTED) + len("bash") + len('{"cmd": "ls"}')
+    assert char_count(user) == IMAGE_CHARS + len(PDF) + len("application/pdf") + len("Check the report")
+    assert char_count(result_) == len("see the page") + IMAGE_CHARS + len("text/plain") + 5000
+    assert to_anthropic([message_to_dict(m) for m in (user, thinker, result_)]) == (None, heavy_tool_turn())
+
+
+def test_parts_that_are_not_images_count_by_their_size():
+    refusal = "I can't help with that, because " + "it would hurt someone. " * 300
+    long_refusal = message_from_dict({"role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]})
+    short_refusal = message_from_dict({"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]})
+    assert char_count(long_refusal) == len(refusal)
+    assert char_count(short_refusal) == 3
+    audio = "UklGRiQAAABXQVZFZm10IBAAAAABAAEA" * 4000  # 128,000 characters of base64 wav
+    clip = message_from_dict(
+        {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": audio, "format": "wav"}}]}
+    )
+    assert char_count(clip) == len(audio) // AUDIO_DATA_CHARS + len("wav")
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}
+    assert char_count(message_from_dict({"role": "user", "content": [picture]})) == IMAGE_CHARS
+
+
+def test_a_long_thinking_block_makes_the_compactor_compact(make_compactor):
+    """Counted as nothing, 20,000 characters of thinking in the head let a view the compactor took
+    for a sixth of the window overflow it; counted, they are compacted away."""
+    turn = from_anthropic(heavy_tool_turn())
+    history = build_history([300]) + turn + build_history([300] * 6, system=None, id_prefix="later_")[1:]
+    window = 4000
+    assert len(THINKING) // 4 > window  # the thinking block to_anthropic sends fills the window alone
+    assert THINKING in json.dumps(to_anthropic(history))
+    view, record = make_compactor(context_window=window).compact_with_record(history)
+    assert record.tier is not CompactionTier.NONE
+    assert record.tokens_before > len(THINKING) // 4
+    assert THINKING not in json.dumps(to_anthropic(view))
+    assert sum((char_count(m) + 3) // 4 for m in messages_from_dicts(view)) <= window
+    assert problems(view) == []
