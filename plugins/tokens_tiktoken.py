@@ -9,8 +9,10 @@ from them directly; tiktoken's download and cache are never used.
 
 A message counts as the chat format bills it: ``tokens_per_message`` (3: the start, role
 separator and end markers) + the role + the content (text parts; an image part as
-``image_tokens``) + ``tokens_per_name`` and the name when a message has one + for each tool call
-its name, its arguments and ``tokens_per_tool_call``. The text is exact; the overheads are
+``image_tokens``; any other part, and the blocks carried under ``ANTHROPIC_KEY`` such as a
+thinking block, by its texts and its opaque data at four characters a token, as
+``part_sizes`` reads it) + ``tokens_per_name`` and the name when a message has one + for each
+tool call its name, its arguments and ``tokens_per_tool_call``. The text is exact; the overheads are
 OpenAI's published chat-format counts, and the tool-call overhead is an approximation (the
 format of tool calls is not published). The 3 tokens that prime every reply belong to the
 request, not to a message, and are left out. The count of a text is cached (a least-recently
@@ -30,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from progressive_compactor.plugin import Message, PluginError, hookimpl, setting_check
+from progressive_compactor.plugin import ANTHROPIC_KEY, Message, PluginError, hookimpl, part_sizes, setting_check
 
 _O200K_PATTERN = "|".join(
     [
@@ -180,11 +182,24 @@ class TiktokenTokens:
         elif content:
             for part in content:
                 text = part.get("text") if isinstance(part, Mapping) else None
-                n += count(text) if isinstance(text, str) else c.image_tokens
+                n += count(text) if isinstance(text, str) else self._count_sizes(part)
         if message.name:
             n += c.tokens_per_name + count(message.name)
         for call in message.tool_calls:
             n += c.tokens_per_tool_call + count(call.name) + count(call.arguments)
+        if message.extra and ANTHROPIC_KEY in message.extra:
+            n += self._count_sizes(message.extra[ANTHROPIC_KEY])
+        return n
+
+    def _count_sizes(self, value: Any) -> int:
+        """Tokens of a part or block that is not text, as ``part_sizes`` reads it: its texts
+        exactly, an image as ``image_tokens``, opaque data at four characters a token."""
+        n = 0
+        for size in part_sizes(value):
+            if isinstance(size, str):
+                n += self.count_text(size)
+            else:
+                n += self.config.image_tokens if size is None else (size + 3) // 4
         return n
 
     @hookimpl(trylast=True)

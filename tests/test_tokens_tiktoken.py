@@ -226,3 +226,43 @@ def test_the_files_and_their_license_are_package_data():
     assert "MIT License" in (folder / "LICENSE").read_text("utf-8")
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text("utf-8")
     assert '"progressive_compactor.plugins" = ["tiktoken/*.tiktoken.gz", "tiktoken/LICENSE"]' in pyproject
+
+
+def test_blocks_and_parts_that_are_not_text_count_by_what_they_send():
+    """A thinking block carried for Anthropic counts as its text, a PDF's data by its size, a
+    refusal by its text: neither nothing nor one image each, as the character estimate counts them."""
+    from progressive_compactor.messages import from_anthropic, messages_from_dicts
+
+    plugin = TiktokenTokens()
+    enc = encoding("o200k_base")
+
+    def n(text):
+        return len(enc.encode_ordinary(text))
+
+    thinking = "Let me weigh the options before I call the tool. " * 400
+    pdf = "JVBERi0xLjcKJcfsj6IK" * 1000
+    turn = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}},
+                {"type": "text", "text": "Check it"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": thinking, "signature": "EqQB" * 25},
+                {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py"}]},
+    ]
+    user, thinker, result = messages_from_dicts(from_anthropic(turn))
+    counts = plugin.estimate_tokens([user, thinker, result])
+    assert counts[0] == 3 + n("user") + 85 + len(pdf) // 4 + n("application/pdf") + n("Check it")
+    assert counts[1] == 3 + n("assistant") + n(thinking) + 100 // 4 + 3 + n("bash") + n("{}")
+    assert counts[1] > len(thinking) // 5
+    refusal = "I can't help with that. " * 200
+    parts = message_from_dict({"role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]})
+    assert plugin.estimate_tokens([parts])[0] == 3 + n("assistant") + n(refusal)
