@@ -137,7 +137,7 @@ def replace_content(message: Message, content: str) -> Message:
 
 
 def text_of(message: Message) -> str:
-    """The message's text: the content string, or its text parts joined by newlines."""
+    """The message's text: the content string, or its text and refusal parts joined by newlines."""
     content = message.content
     if isinstance(content, str):
         return content
@@ -151,6 +151,8 @@ def text_of(message: Message) -> str:
                 parts.append(text)
             elif part.get("type") in ("image_url", "image", "input_image"):
                 parts.append("[image]")
+            elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                parts.append(part["refusal"])
     return "\n".join(parts)
 
 
@@ -173,12 +175,15 @@ def part_sizes(value: Any, audio: bool = False) -> Iterator[str | int | None]:
     its texts as a string, ``None`` for an image, and opaque data as the characters it counts as.
 
     An image counts as one, whatever its data (its cost grows with its pixels, not its bytes). The
-    base64 data of a document or file (a PDF), the encrypted data of redacted thinking and a
-    thinking block's signature are sent and billed, but are no text a tokenizer reads: they count
-    as many characters as they have; a document counts an image besides (its pages are also shown
-    to the model as images). Audio counts by :data:`AUDIO_DATA_CHARS`. Every other string (the
-    text of a thinking block, a refusal, a document's title) is text; ``type`` keys and
-    non-strings count nothing.
+    encrypted data of redacted thinking and a thinking block's signature are sent and billed but
+    are no text a tokenizer reads: they count as many characters as they have. So does the base64
+    data of a document or file (a PDF), plus an image (its pages are also shown to the model as
+    images): a PDF is billed by its pages (some 1,500 to 4,500 tokens each), which only reading it
+    would tell; its size is the cheap measure that grows with them, where one image's worth would
+    count a 20-page PDF as 750 tokens. A typical PDF of tens of kilobytes a page is counted some
+    2 to 4 times what it costs (compacted early), a very compact one of a few kilobytes a page
+    under it. Audio counts by :data:`AUDIO_DATA_CHARS`. Every other string (the text of a thinking
+    block, a refusal, a document's title) is text; ``type`` keys and non-strings count nothing.
     """
     if isinstance(value, str):
         yield value
@@ -472,6 +477,8 @@ def _blocks_of(m: Message) -> list[dict[str, Any]]:
         text = part.get("text")
         if not isinstance(text, str):  # as text_of reads it
             text = "[image]" if part.get("type") in ("image", "input_image") else ""
+            if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                text = part["refusal"]
         if isinstance(url, str):
             blocks.append({"type": "image", "source": _image_source(url)})
         elif text.strip():  # the Messages API refuses a text block of white space alone

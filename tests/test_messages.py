@@ -590,3 +590,19 @@ def test_a_long_thinking_block_makes_the_compactor_compact(make_compactor):
     assert THINKING not in json.dumps(to_anthropic(view))
     assert sum((char_count(m) + 3) // 4 for m in messages_from_dicts(view)) <= window
     assert problems(view) == []
+
+
+def test_a_refusal_part_is_text_the_summary_and_anthropic_get():
+    """The Agents SDK writes a model's refusal as a ``refusal`` part of the assistant's content:
+    it is what the assistant said, not an image and not nothing."""
+    history = [
+        {"role": "user", "content": "delete the production database"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I won't delete production data."}]},
+        {"role": "user", "content": "fine, back it up then"},
+    ]
+    messages = messages_from_dicts(history)
+    assert text_of(messages[1]) == "I won't delete production data."
+    assert "I won't delete production data." in render_messages(messages, 1000)
+    _, sent = to_anthropic(history)
+    assert sent[1] == {"role": "assistant", "content": [{"type": "text", "text": "I won't delete production data."}]}
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
