@@ -419,8 +419,14 @@ ANTHROPIC_KEY = "anthropic"
 """The message key that carries what OpenAI chat messages have no field for, given back by
 :func:`to_anthropic`: ``blocks``, the Anthropic blocks that are not text, an image with its
 data or URL, a tool call or a tool result (``thinking``, ``redacted_thinking``, ``document``...),
-as ``[position, block]`` pairs; and on a tool message ``tool_result``, the other fields of its
+as ``[position, block]`` pairs; ``fields``, the other fields of the text, image and
+``tool_use`` blocks it has parts or tool calls for (``cache_control``, ``citations``...), as
+``[position, fields]`` pairs; and on a tool message ``tool_result``, the other fields of its
 ``tool_result`` block (``is_error``...). The compactor keeps it, like any unknown key."""
+
+_BLOCK_KEYS = {"text": ("type", "text"), "image": ("type", "source"), "tool_use": ("type", "id", "name", "input")}
+"""The keys of the blocks OpenAI messages have a part or a tool call for; their other keys are
+carried as ``fields``."""
 
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
@@ -448,11 +454,15 @@ def to_anthropic(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, lis
         blocks = _blocks_of(m)
         for position, block in carried.get("blocks", ()):
             blocks.insert(position, block)
+        fields = carried.get("fields", ())
+        for position, more in fields:
+            if position < len(blocks) and blocks[position].get("type") in _BLOCK_KEYS:  # as the content is now
+                blocks[position] = {**blocks[position], **more}
         if m.role == "tool":
             role = "user"
-            content: Any = blocks if any(b.get("type") != "text" for b in blocks) else text_of(m)
-            fields = carried.get("tool_result", {})
-            blocks = [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content, **fields}]
+            content: Any = blocks if fields or any(b.get("type") != "text" for b in blocks) else text_of(m)
+            blocks = [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}]
+            blocks[0].update(carried.get("tool_result", {}))
         else:
             role = "assistant" if m.role == "assistant" else "user"
         if not blocks:
@@ -523,9 +533,12 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]], system: str | None = N
             continue
         calls: list[dict[str, Any]] = []
         rest: list[Any] = []
+        fields: list[list[Any]] = []  # of tool_use blocks
         for block in content or ():
             kind = block.get("type")
             if kind == "tool_use":
+                if block.keys() - _BLOCK_KEYS["tool_use"]:
+                    fields.append([len(rest), _fields_of(block)])
                 calls.append(
                     {
                         "id": block["id"],
@@ -538,7 +551,7 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]], system: str | None = N
                 out.append(_tool_message(block))
             else:
                 rest.append(block)
-        message = _with_content({"role": role}, rest)
+        message = _with_content({"role": role}, rest, fields)
         if calls:
             message["tool_calls"] = calls
         if message["content"] is not None or len(message) > 2:  # tool calls or carried blocks
@@ -560,28 +573,40 @@ def _tool_message(block: Mapping[str, Any]) -> dict[str, Any]:
     return message
 
 
-def _with_content(message: dict[str, Any], blocks: Sequence[Any]) -> dict[str, Any]:
+def _with_content(message: dict[str, Any], blocks: Sequence[Any], fields: Sequence[list[Any]] = ()) -> dict[str, Any]:
     """``message`` with the content for ``blocks`` (``None`` stands for a tool call, which only
-    takes a place) and, under :data:`ANTHROPIC_KEY`, the blocks it cannot hold."""
+    takes a place, its block's other fields in ``fields``) and, under :data:`ANTHROPIC_KEY`, the
+    blocks it cannot hold and the other fields of those it can."""
     parts: list[dict[str, Any]] = []
     kept: list[list[Any]] = []
+    found = list(fields)
     for position, block in enumerate(blocks):
         if block is None:
             continue
         part = _part_of(block)
         if part is None:
             kept.append([position, block])
-        else:
-            parts.append(part)
+            continue
+        parts.append(part)
+        if block.keys() - _BLOCK_KEYS[block["type"]]:
+            found.append([position, _fields_of(block)])
     if not parts:
         message["content"] = None
-    elif kept or any(p["type"] != "text" for p in parts):
+    elif kept or found or any(p["type"] != "text" for p in parts):
         message["content"] = parts
     else:  # text alone: a string, as OpenAI clients write it
         message["content"] = "\n".join(p["text"] for p in parts)
     if kept:
         message.setdefault(ANTHROPIC_KEY, {})["blocks"] = kept
+    if found:
+        message.setdefault(ANTHROPIC_KEY, {})["fields"] = sorted(found, key=lambda pair: pair[0])
     return message
+
+
+def _fields_of(block: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a text, image or ``tool_use`` block that its part or tool call has no room for."""
+    keys = _BLOCK_KEYS[block["type"]]
+    return {k: v for k, v in block.items() if k not in keys}
 
 
 def _part_of(block: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -606,3 +606,52 @@ def test_a_refusal_part_is_text_the_summary_and_anthropic_get():
     _, sent = to_anthropic(history)
     assert sent[1] == {"role": "assistant", "content": [{"type": "text", "text": "I won't delete production data."}]}
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+
+
+def test_the_other_fields_of_text_image_and_tool_use_blocks_come_back():
+    """A client marks its prompt-cache breakpoints with ``cache_control`` on the last blocks, and
+    an answer's text blocks carry their ``citations``: dropped, every request misses the cache."""
+    ephemeral = {"type": "ephemeral"}
+    cited = [{"type": "char_location", "cited_text": "Hello", "document_index": 0, "start_char_index": 0}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Read the notes"},
+                {"type": "text", "text": "and list the files", "cache_control": ephemeral},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "The notes say hello.", "citations": cited},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "bash",
+                    "input": {"cmd": "ls"},
+                    "cache_control": ephemeral,
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": [{"type": "text", "text": "a.py", "cache_control": ephemeral}],
+                },
+                {**image(), "cache_control": ephemeral},
+            ],
+        },
+    ]
+    out = from_anthropic(messages)
+    assert [text_of(message_from_dict(m)) for m in out] == [
+        "Read the notes\nand list the files",
+        "The notes say hello.",
+        "a.py",
+        "[image]",
+    ]
+    assert view_problems(messages_from_dicts(out)) == []
+    assert to_anthropic(out) == (None, messages)
