@@ -54,7 +54,7 @@ def proxy(redis_server):
     found.close()
 
 
-def test_keys_expire_after_the_ttl_and_a_load_keeps_the_state_alive(backend):
+def test_keys_expire_after_the_ttl_and_a_load_keeps_the_state_and_the_results_alive(backend):
     history = warn_history()
     worker = backend.compactor(context_window=window_for(history, 0.65), config=backend.config(ttl=0.6))
     view, record = worker.compact_with_record(history, "s")
@@ -63,11 +63,42 @@ def test_keys_expire_after_the_ttl_and_a_load_keeps_the_state_alive(backend):
     for _ in range(4):  # 1.2 s of turns that only read the state: each load renews its TTL
         time.sleep(0.3)
         assert state.load_state("s").version == 1
-    assert worker.records("s") is None  # records and results were not read: they expired
+    assert worker.records("s") is None  # records were not read: they expired
+    for entry in record.offloaded:  # the session's results live as long as it is active
+        assert sha(worker.read_tool_result(entry.handle)) == entry.sha256
+    time.sleep(1.3)  # idle for more than twice the ttl: the state and the results expired
+    assert state.load_state("s") is None
     with pytest.raises(Exception, match="no offloaded tool result"):
         worker.read_tool_result(record.offloaded[0].handle)
-    time.sleep(0.8)
-    assert state.load_state("s") is None
+    assert worker.sessions() == []
+
+
+def test_the_results_of_an_active_session_outlive_the_ttl_and_expire_once_it_is_idle(backend):
+    history = warn_history()
+    worker = backend.compactor(context_window=window_for(history, 0.65), config=backend.config(ttl=1))
+    view, record = worker.compact_with_record(history, "s")
+    assert record.tier is CompactionTier.WARN and record.offloaded
+    offloader = worker.pm.get_plugin("offload-redis")
+    more = [*history, {"role": "user", "content": "and now?"}]
+    late = None
+    for n in range(8):  # 2.4 s of turns, one every 0.3 s; a result offloaded among them
+        time.sleep(0.3)
+        again = worker.compact_with_record([*more, {"role": "user", "content": f"turn {n}"}], "s")[1]
+        assert again.tier is CompactionTier.NONE and again.errors == ()
+        if n == 2:  # 0.9 s in: the session's handles were written (or renewed) 0.9 s ago
+            late = offloader.offload(tool("call_late", "late " * 1000), "s", 100)
+        for entry in record.offloaded:  # every handle in the view can still be read back
+            assert sha(worker.read_tool_result(entry.handle)) == entry.sha256, (n, entry.handle)
+        if late is not None:
+            assert sha(worker.read_tool_result(late.handle)) == late.sha256, n
+    assert worker.state("s").version == 1
+    time.sleep(2.1)  # idle for more than twice the ttl: nothing is kept
+    assert worker.state("s").version == 0
+    for entry in [*record.offloaded, late]:
+        assert offloader.read_offloaded(entry.handle) is None
+    client = backend.server.client()
+    assert client.keys(backend.block["prefix"] + "offload*") == []
+    client.close()
     assert worker.sessions() == []
 
 

@@ -7,8 +7,14 @@ when it changed since this process last read it). A save is compare-and-set on t
 record is appended once (its id is kept in a set beside the list); an offloaded result's handle
 is taken by the first text written under it. Each script is safe to run twice, so a command whose
 connection was lost (a restart, a dropped connection) is run again once on a new connection. With
-``ttl`` set, a session's keys expire that many seconds after its last turn (a load refreshes the
-state's TTL, so an active session never loses it).
+``ttl`` set, a session's keys expire that many seconds after its last write, except its state and
+its offloaded results: a load (every turn) renews the state's TTL, and, when the session's
+``offloads:`` set has less than ``ttl`` left, gives the set and every handle it names ``2 * ttl``
+(once per ``ttl`` of activity, so a turn stays one round trip of O(1) work amortized). The set
+never outlives a handle it names (an offload gives a new handle the set's expiry), so an active
+session never loses a result its view names, and an idle one's expire between ``ttl`` and ``2 *
+ttl`` after its last turn. The load renews the offloads under its own prefix: ``offload-redis``
+on the same server and ``prefix`` as ``state-redis`` (as the bundled ``fleet-redis`` has it).
 
 Keys, under ``prefix`` (default ``compactor:``; session ids and handles as they are)::
 
@@ -78,14 +84,30 @@ def url_password(url: str) -> str | None:
     return str(password) if password else None
 
 
-LOAD_STATE = """
+RENEW_OFFLOADS = """
+local function renew(set, ttl, under)
+  redis.call('PEXPIRE', set, 2 * ttl)
+  for _, handle in ipairs(redis.call('SMEMBERS', set)) do redis.call('PEXPIRE', under .. handle, 2 * ttl) end
+end
+"""
+"""Lua: a session's handles and their set live ``2 * ttl`` from now. The set never outlives one of
+its handles (an offload gives a new handle the set's expiry), so while the set has ``ttl`` left,
+so has every handle it names, and renewing them once per ``ttl`` of activity is enough."""
+LOAD_STATE = (
+    RENEW_OFFLOADS
+    + """
 local r = redis.call('HMGET', KEYS[1], 'v', 's')
 if not r[1] then return false end
 local ttl = tonumber(ARGV[2])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  local left = redis.call('PTTL', KEYS[2])
+  if left >= 0 and left < ttl then renew(KEYS[2], ttl, ARGV[3]) end
+end
 if r[2] == ARGV[1] then return {r[1], r[2]} end
 return {r[1], r[2], redis.call('HGET', KEYS[1], 'd')}
 """
+)
 SAVE_STATE = """
 local r = redis.call('HMGET', KEYS[1], 'v', 's')
 local stored = tonumber(r[1] or '0')
@@ -106,7 +128,9 @@ if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl); redis.call('PEXPIRE', KEYS[
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[5])
 return 1
 """
-OFFLOAD = """
+OFFLOAD = (
+    RENEW_OFFLOADS
+    + """
 for i = 1, 2 do
   local held = redis.call('HGET', KEYS[i], 'sha')
   if not held then
@@ -116,12 +140,16 @@ for i = 1, 2 do
     redis.call('SADD', KEYS[3], ARGV[6 + i])
     redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
     local ttl = tonumber(ARGV[6])
-    if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl); redis.call('PEXPIRE', KEYS[3], ttl) end
+    if ttl > 0 then
+      local left = redis.call('PTTL', KEYS[3])
+      if left >= ttl then redis.call('PEXPIRE', KEYS[i], left) else renew(KEYS[3], ttl, ARGV[9]) end
+    end
     return i
   end
 end
 return 0
 """
+)
 
 
 @attrs.frozen
@@ -138,7 +166,8 @@ class RedisSettings:
     ttl: float = attrs.field(
         default=0.0, validator=setting_check(lambda v: v >= 0, "ttl must be 0 or more seconds, got {value}")
     )
-    """Seconds a session's keys live after its last write (state: after its last turn); 0: until deleted."""
+    """Seconds a session's keys live after its last write (state: after its last turn; offloaded
+    results: at least that, at most twice, after the last turn that loaded its state); 0: until deleted."""
     timeout: float = attrs.field(default=10.0, validator=setting_check(usable_timeout, TIMEOUT_RULE))
     """Seconds to connect and to wait for any one reply."""
 
@@ -262,7 +291,8 @@ class RedisDatabase:
     # --- state -------------------------------------------------------------------------------
 
     def load_state(self, session_id: str, stamp: str | None) -> tuple[int, str, bytes | None] | None:
-        found = self._script("load_state", [self._key("state:", session_id)], [stamp or "", self.ttl_ms])
+        keys = [self._key("state:", session_id), self._key("offloads:", session_id)]
+        found = self._script("load_state", keys, [stamp or "", self.ttl_ms, self._key("offload:")])
         if not found:
             return None
         return int(found[0]), found[1].decode(), found[2] if len(found) > 2 else None
@@ -305,7 +335,7 @@ class RedisDatabase:
         ]
         sid = session_id.encode("utf-8", "surrogatepass")
         call = tool_call_id.encode("utf-8", "surrogatepass")
-        args = [sha, data, sid, call, repr(time.time()), self.ttl_ms, first, second]
+        args = [sha, data, sid, call, repr(time.time()), self.ttl_ms, first, second, self._key("offload:")]
         taken = int(self._script("offload", keys, args))
         return handles[taken - 1] if taken else None
 
