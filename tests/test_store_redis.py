@@ -102,6 +102,28 @@ def test_the_results_of_an_active_session_outlive_the_ttl_and_expire_once_it_is_
     assert worker.sessions() == []
 
 
+def test_the_index_of_sessions_forgets_expired_sessions_though_nobody_lists_them(backend):
+    worker = backend.compactor(config=backend.config(ttl=0.3))
+    state, store = worker.pm.get_plugin("state-redis"), worker.pm.get_plugin("store-redis")
+    offloader = worker.pm.get_plugin("offload-redis")
+
+    def write(sid, n):
+        assert state.db.save_state(sid, n, f"stamp-{n}", b"{}")
+        assert store.db.add_record(f"{sid}-{n}", sid, "{}")
+        assert offloader.offload(tool(f"call_{n}", f"result {n} " * 500), sid, 100) is not None
+
+    for sid in ("a", "b", "c"):
+        write(sid, 1)
+    time.sleep(0.8)  # every key of a, b and c expired (results: within twice the ttl)
+    for n in range(1, 13):  # the writes of another session, one every 0.05 s
+        write("live", n)
+        time.sleep(0.05)
+    client = backend.server.client()
+    for kind in ("state", "records", "offloads"):
+        assert client.zrange(f"{backend.block['prefix']}sessions:{kind}", 0, -1) == [b"live"], kind
+    client.close()
+
+
 def test_the_connection_string_comes_from_the_environment_and_its_password_never_shows(
     redis_server, unique_name, tmp_path, monkeypatch
 ):

@@ -23,7 +23,8 @@ Keys, under ``prefix`` (default ``compactor:``; session ids and handles as they 
     record-ids:{session}   set   the ids of those records
     offload:{handle}       hash  sha (of the text), data, session, call
     offloads:{session}     set   the session's handles
-    sessions:{kind}        zset  session -> when last written (kind: state, records, offloads)
+    sessions:{kind}        zset  session -> when last written (kind: state, records, offloads);
+                                 with ``ttl``, each write forgets a few expired sessions
 
 The layout's version is kept under ``schema`` (:data:`SCHEMA_VERSION`); a server holding a newer
 one is refused. Scripts touch keys of several sessions' sets, so use a single Redis server (or a
@@ -93,6 +94,21 @@ end
 """Lua: a session's handles and their set live ``2 * ttl`` from now. The set never outlives one of
 its handles (an offload gives a new handle the set's expiry), so while the set has ``ttl`` left,
 so has every handle it names, and renewing them once per ``ttl`` of activity is enough."""
+FORGET_EXPIRED = """
+local function forget(index, under, now)
+  local count = redis.call('ZCARD', index)
+  if count == 0 then return end
+  local start = math.floor(tonumber(now) * 1000000) % count
+  for j = 0, 2 do
+    local member = redis.call('ZRANGE', index, (start + j) % count, (start + j) % count)[1]
+    if member and redis.call('EXISTS', under .. member) == 0 then redis.call('ZREM', index, member) end
+  end
+end
+"""
+"""Lua: with ``ttl``, a session's keys expire and nothing removes it from ``sessions:{kind}``
+but a listing; so each write looks at three of the index's sessions (at ranks picked by the
+clock) and forgets those whose key is gone: the index stays within a few times the sessions
+alive, listed or not."""
 LOAD_STATE = (
     RENEW_OFFLOADS
     + """
@@ -108,7 +124,9 @@ if r[2] == ARGV[1] then return {r[1], r[2]} end
 return {r[1], r[2], redis.call('HGET', KEYS[1], 'd')}
 """
 )
-SAVE_STATE = """
+SAVE_STATE = (
+    FORGET_EXPIRED
+    + """
 local r = redis.call('HMGET', KEYS[1], 'v', 's')
 local stored = tonumber(r[1] or '0')
 local version = tonumber(ARGV[1])
@@ -118,18 +136,25 @@ redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2], 'd', ARGV[3], 'u', ARGV[
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
+if ttl > 0 then forget(KEYS[2], ARGV[7], ARGV[4]) end
 return 1
 """
-ADD_RECORD = """
+)
+ADD_RECORD = (
+    FORGET_EXPIRED
+    + """
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
 redis.call('RPUSH', KEYS[1], ARGV[2])
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl); redis.call('PEXPIRE', KEYS[2], ttl) end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[5])
+if ttl > 0 then forget(KEYS[3], ARGV[6], ARGV[3]) end
 return 1
 """
+)
 OFFLOAD = (
     RENEW_OFFLOADS
+    + FORGET_EXPIRED
     + """
 for i = 1, 2 do
   local held = redis.call('HGET', KEYS[i], 'sha')
@@ -143,6 +168,7 @@ for i = 1, 2 do
     if ttl > 0 then
       local left = redis.call('PTTL', KEYS[3])
       if left >= ttl then redis.call('PEXPIRE', KEYS[i], left) else renew(KEYS[3], ttl, ARGV[9]) end
+      forget(KEYS[4], ARGV[10], ARGV[5])
     end
     return i
   end
@@ -299,7 +325,8 @@ class RedisDatabase:
 
     def save_state(self, session_id: str, version: int, stamp: str, data: bytes) -> bool:
         keys = [self._key("state:", session_id), self._key("sessions:state")]
-        args = [version, stamp, data, repr(time.time()), self.ttl_ms, session_id.encode("utf-8", "surrogatepass")]
+        sid = session_id.encode("utf-8", "surrogatepass")
+        args = [version, stamp, data, repr(time.time()), self.ttl_ms, sid, self._key(KEYS["state"])]
         return bool(self._script("save_state", keys, args))
 
     # --- records -----------------------------------------------------------------------------
@@ -312,6 +339,7 @@ class RedisDatabase:
             repr(time.time()),
             self.ttl_ms,
             session_id.encode("utf-8", "surrogatepass"),
+            self._key(KEYS["records"]),
         ]
         return bool(self._script("add_record", keys, args))
 
@@ -335,7 +363,8 @@ class RedisDatabase:
         ]
         sid = session_id.encode("utf-8", "surrogatepass")
         call = tool_call_id.encode("utf-8", "surrogatepass")
-        args = [sha, data, sid, call, repr(time.time()), self.ttl_ms, first, second, self._key("offload:")]
+        args = [sha, data, sid, call, repr(time.time()), self.ttl_ms, first, second]
+        args += [self._key("offload:"), self._key(KEYS["offloads"])]
         taken = int(self._script("offload", keys, args))
         return handles[taken - 1] if taken else None
 
