@@ -10,11 +10,13 @@ connection was lost (a restart, a dropped connection) is run again once on a new
 ``ttl`` set, a session's keys expire that many seconds after its last write, except its state and
 its offloaded results: a load (every turn) renews the state's TTL, and, when the session's
 ``offloads:`` set has less than ``ttl`` left, gives the set and every handle it names ``2 * ttl``
-(once per ``ttl`` of activity, so a turn stays one round trip of O(1) work amortized). The set
-never outlives a handle it names (an offload gives a new handle the set's expiry), so an active
+(at most once per ``ttl`` of activity, one ``PEXPIRE`` per handle; a turn stays one round trip).
+A handle starts with its session's name, so it is in that session's set only; the set never
+outlives a handle it names (an offload gives a new handle the set's expiry), so an active
 session never loses a result its view names, and an idle one's expire between ``ttl`` and ``2 *
-ttl`` after its last turn. The load renews the offloads under its own prefix: ``offload-redis``
-on the same server and ``prefix`` as ``state-redis`` (as the bundled ``fleet-redis`` has it).
+ttl`` after its last turn. The load renews the offloads under its own prefix, with its own
+``ttl``: ``offload-redis`` on the same server and ``prefix`` as ``state-redis``, which has a
+``ttl`` too (as the bundled ``fleet-redis`` has it).
 
 Keys, under ``prefix`` (default ``compactor:``; session ids and handles as they are)::
 
