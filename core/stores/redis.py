@@ -15,7 +15,7 @@ A handle starts with its session's name, so it is in that session's set only; th
 outlives a handle it names (an offload gives a new handle the set's expiry), so an active
 session never loses a result its view names, and an idle one's expire between ``ttl`` and ``2 *
 ttl`` after its last turn. The load renews the offloads under its own prefix, with its own
-``ttl``: ``offload-redis`` on the same server and ``prefix`` as ``state-redis``, which has a
+``ttl``: ``offload-redis`` on the same database and ``prefix`` as ``state-redis``, which has a
 ``ttl`` too (as the bundled ``fleet-redis`` has it).
 
 Keys, under ``prefix`` (default ``compactor:``; session ids and handles as they are)::
