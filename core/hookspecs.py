@@ -18,7 +18,8 @@ One turn::
       summarize, parse_anchors, todo_context | fallback_compact) ─► save_state ─► persist_record
 
 Commands and tools read what plugins keep through ``read_offloaded``, ``read_records``,
-``list_sessions`` and ``tier_thresholds``; ``on_delete_session`` cleans a session up everywhere.
+``list_sessions`` and ``tier_thresholds``; ``on_delete_session`` cleans a session up everywhere,
+``remove_leftovers`` what crashed writers left.
 """
 
 from __future__ import annotations
@@ -279,6 +280,20 @@ def on_delete_session(session_id: str) -> None:
     Called by ``ProgressiveCompactor.delete_session`` and ``compactor gc``. Broadcast, fail-open.
 
     :param session_id: the session to forget.
+    """
+
+
+@hookspec
+def remove_leftovers(older_than: float, dry_run: bool) -> Sequence[str] | None:
+    """Delete what writers killed mid-write left behind (temporary files never renamed into
+    place) that nobody wrote to for ``older_than`` seconds; return where each was, or ``None``
+    if this plugin leaves none.
+
+    Called by ``compactor gc``. Broadcast; the answers of every plugin are merged.
+
+    :param older_than: seconds since a leftover was last written, never less than any live
+        writer needs between writing its temporary file and renaming it.
+    :param dry_run: only say what would be deleted.
     """
 
 

@@ -552,6 +552,10 @@ class Hooks:
     def on_delete_session(self, session_id: str) -> list[str]:
         return self._broadcast("on_delete_session", session_id=session_id)[1]
 
+    def remove_leftovers(self, older_than: float, dry_run: bool) -> tuple[list[str], list[str]]:
+        results, errors = self._broadcast("remove_leftovers", older_than=older_than, dry_run=dry_run)
+        return [where for found in results if found for where in found], errors
+
     def _broadcast(self, hook: str, **kwargs: Any) -> tuple[list[Any], list[str]]:
         """Call every implementation; one that raises is logged and the others still run."""
         results, errors = [], []

@@ -40,6 +40,13 @@ DATA_DIR_ENV = "COMPACTOR_DATA_DIR"
 APP_NAME = "progressive-compactor"
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _HASHED = re.compile(r"_[0-9a-f]{40}")
+_LEFTOVER = re.compile(r"\.tmp-[0-9a-f]{16}|\..+\.tmp-[a-z0-9_]{8}")
+"""The temporary files of :func:`write_private` and :func:`create_private` (``.tmp-`` and 16 hex
+digits) and of :func:`write_file` (``.NAME.tmp-`` and 8 of ``tempfile``'s letters)."""
+LEFTOVER_AGE = 3600.0
+"""Seconds after its last write that a temporary file is a leftover of a crashed writer: a writer
+renames (or links) its file right after writing it, with no sync in between, so an hour is a
+stalled or killed process, never a live write."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -508,6 +515,32 @@ def list_folder(folder: Path, root: Path) -> dict[str, os.stat_result]:
         return {}
 
 
+def remove_leftovers(folder: Path, root: Path, before: float, *, dry_run: bool = False) -> list[Path]:
+    """Delete the temporary files that writers killed before their rename left in ``folder``
+    (``root`` or a folder under it): regular files named as this module names them, last written
+    before ``before`` (seconds since the epoch); links, folders and every other name are left
+    alone, and no link is followed on the way from ``root``. Returns what was (with ``dry_run``:
+    what would be) deleted; nothing when ``folder`` does not exist."""
+    try:
+        with _opened(root, _parts(root, folder), False) as opened:
+            found = []
+            for entry in opened.scan():
+                if not _LEFTOVER.fullmatch(entry.name):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode) or st.st_mtime >= before:
+                        continue
+                    if not dry_run:
+                        os.unlink(opened.at(entry.name), dir_fd=opened.fd)
+                except FileNotFoundError:
+                    continue
+                found.append(folder / entry.name)
+            return found
+    except FileNotFoundError:
+        return []
+
+
 def newest_mtime(path: Path, root: Path | None = None) -> float:
     """The newest modification time of a file, or of a folder and everything in it; links are
     not followed, neither in the folder nor on the way from ``root`` (by default the folder
@@ -542,6 +575,7 @@ def _newest_in(parent: _Folder, name: str, root: Path) -> float:
 
 __all__ = [
     "DATA_DIR_ENV",
+    "LEFTOVER_AGE",
     "append_line",
     "create_private",
     "default_data_dir",
@@ -556,6 +590,7 @@ __all__ = [
     "read_file",
     "read_private",
     "remove",
+    "remove_leftovers",
     "rename",
     "resolve_data_dir",
     "root_for",

@@ -12,6 +12,8 @@ with the id it belongs to, so that ``list_sessions`` reports real ids; a plain i
 name. ``list_sessions`` reports only folders this plugin could have made; a hashed folder whose
 ``.session_id`` is missing is reported (and deleted) under its own name. When the root is in the
 data folder, neither it nor any folder between them is followed if it is a symbolic link.
+``remove_leftovers`` deletes, in the session folders, the temporary files of writes that a killed
+process never linked into place.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from pathlib import Path
 
 import attrs
@@ -40,6 +43,7 @@ from progressive_compactor.plugin import (
     offload_text,
     read_private,
     remove,
+    remove_leftovers,
     root_for,
     safe_name,
     setting_check,
@@ -149,3 +153,13 @@ class FileOffloader:
         remove(self.session_dir(session_id), self.top)
         if lost_its_id(session_id, self._session_of):
             remove(self.root / session_id, self.top)
+
+    @hookimpl
+    def remove_leftovers(self, older_than: float, dry_run: bool) -> list[str]:
+        """The temporary files of results and id files never linked into place, in every session
+        folder (no link followed)."""
+        before, found = time.time() - older_than, []
+        for name, st in list_folder(self.root, self.top).items():
+            if stat.S_ISDIR(st.st_mode) and made_by_safe_name(name):
+                found += remove_leftovers(self.root / name, self.top, before, dry_run=dry_run)
+        return [str(path) for path in found]

@@ -8,7 +8,8 @@ owner-only and replaced atomically. A file that cannot be read (truncated, not J
 is moved aside as ``*.corrupt-<time>`` with a warning and the session starts over from its
 history. A file that has not changed since it was last read is not parsed again. When the
 folder is in the data folder, neither it nor any folder between them is followed if it is a
-symbolic link; ``list_sessions`` reports only the files this plugin could have made.
+symbolic link; ``list_sessions`` reports only the files this plugin could have made, and
+``remove_leftovers`` deletes the temporary files of saves that a killed process never renamed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from progressive_compactor.plugin import (
     open_private,
     read_private,
     remove,
+    remove_leftovers,
     rename,
     root_for,
     safe_name,
@@ -214,3 +216,9 @@ class FileState:
             with self._locked(name):  # not while a worker saves; the lock file goes while held
                 remove(self.directory / f"{name}.json", self.top)
                 remove(self.directory / f"{name}.lock", self.top)
+
+    @hookimpl
+    def remove_leftovers(self, older_than: float, dry_run: bool) -> list[str]:
+        """The temporary files of saves never renamed into place."""
+        found = remove_leftovers(self.directory, self.top, time.time() - older_than, dry_run=dry_run)
+        return [str(path) for path in found]

@@ -985,6 +985,60 @@ def test_gc_removes_the_facts_a_kept_replay_wrote_for_the_session(tmp_path: Path
     assert not facts.exists() and not (keep / "records" / "sess.jsonl").exists()
 
 
+def test_gc_removes_what_writers_killed_before_their_rename_left(tmp_path: Path, cfg: Path, session: Path) -> None:
+    assert run("compact", session, "-c", cfg).exit_code == 0
+    keep = tmp_path / "kept"
+    assert run("replay", session, "-c", cfg, "--keep", keep).exit_code == 0
+    results, state, replayed = tmp_path / "tool_results" / "sess", tmp_path / "state", keep / "replay"
+    old = [results / ".tmp-0123456789abcdef", state / ".tmp-fedcba9876543210"]
+    fresh = [results / ".tmp-00000000aaaaaaaa", state / ".tmp-11111111bbbbbbbb"]
+    others = [state / "notes.tmp-0123456789abcdef", state / ".tmp-mine", results / "c1.txt.tmp"]
+    for path in old + fresh + others:
+        path.write_text("half a write")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / ".tmp-2222222222222222").write_text("not ours")
+    (state / ".tmp-3333333333333333").symlink_to(outside / ".tmp-2222222222222222")
+    _age([*old, *others, outside], 2 * 3600)
+    _age([fresh[1]], 50 * 60)  # not an hour yet: a stalled writer may still rename it
+    dry = run("gc", "sess-that-is-not-there", "-c", cfg, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    assert sorted(json.loads(dry.stdout)["leftovers"]) == sorted(map(str, old))
+    assert all(p.exists() for p in old)
+    result = run("gc", "sess-that-is-not-there", "-c", cfg)
+    assert result.exit_code == 0, result.output
+    assert f"removed leftover of an interrupted write: {old[1]}" in result.stdout
+    assert not any(p.exists() for p in old)
+    assert all(p.exists() for p in fresh + others) and (outside / ".tmp-2222222222222222").exists()
+    assert (state / ".tmp-3333333333333333").is_symlink() and any(results.glob("*.txt"))
+    # --older-than less than an hour: what was not written to for that long goes too
+    assert run("gc", "--older-than", "40m", "-c", cfg).exit_code == 0
+    assert not fresh[1].exists() and fresh[0].exists()
+    # the facts file replay --keep writes through a temporary file of its own
+    facts_tmp = replayed / ".sess.facts.jsonl.tmp-ab12cd_9"
+    facts_tmp.write_text("[")
+    _age([facts_tmp], 2 * 3600)
+    kept = run("gc", "--older-than", "7d", "--data-dir", keep, "--json")
+    assert kept.exit_code == 0, kept.output
+    assert json.loads(kept.stdout)["leftovers"] == [str(facts_tmp)] and not facts_tmp.exists()
+    assert (replayed / "sess.facts.jsonl").exists()
+
+
+def test_gc_follows_no_link_to_find_leftovers(tmp_path: Path) -> None:
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    (elsewhere / "s1").mkdir(parents=True)
+    (elsewhere / "s1" / ".tmp-0123456789abcdef").write_text("someone else's")
+    _age([elsewhere], 2 * 3600)
+    data.mkdir()
+    (data / "state").symlink_to(elsewhere / "s1")
+    (data / "replay").symlink_to(elsewhere / "s1")
+    result = run("gc", "--older-than", "7d", "-c", write_config(data))  # state in files
+    assert result.exit_code == 1 and "removed leftover" not in result.stdout
+    for name in ("state", "replay"):
+        assert f"refusing {data / name}: a symbolic link under {data}" in result.stderr
+    assert (elsewhere / "s1" / ".tmp-0123456789abcdef").exists()
+
+
 def test_gc_arguments(cfg: Path) -> None:
     assert "either SESSION or --older-than" in one_error_line(run("gc", "-c", cfg))
     assert run("gc", "s", "--older-than", "1d", "-c", cfg).exit_code == 2

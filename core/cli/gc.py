@@ -12,9 +12,9 @@ import click
 
 from ..errors import StorageError
 from ..models import SessionInfo
-from ..storage import made_by_safe_name, remove, resolve_data_dir, safe_name
+from ..storage import LEFTOVER_AGE, made_by_safe_name, remove, remove_leftovers, resolve_data_dir, safe_name
 from .app import config_option, data_dir_option, echo_json, json_option, load_cli_config, storage_compactor
-from .records import facts_path
+from .records import FACTS_FOLDER, facts_path
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -75,6 +75,8 @@ def gc(
 
     What is stored is found through the plugins of the config (files, databases alike): each
     reports the sessions it keeps and when it last wrote for them, and each deletes its own.
+    Temporary files that writers killed mid-write left are deleted too, once nothing has written
+    to them for an hour (or for AGE, when that is less).
 
     \b
     Example: compactor gc --older-than 7d --dry-run
@@ -94,8 +96,11 @@ def gc(
                 stored.setdefault(sid, []).append(facts)
         if session is not None:
             targets = [session]
+            leftover_age = LEFTOVER_AGE
         else:
-            cutoff = time.time() - parse_duration(older_than or "")
+            age = parse_duration(older_than or "")
+            cutoff = time.time() - age
+            leftover_age = min(age, LEFTOVER_AGE)  # AGE asks for everything not written since: leftovers too
             # a session is as new as anything kept under its file name, also where that is listed
             # under the hashed name (a results folder whose id file is missing)
             newest: dict[str, float] = {}
@@ -122,6 +127,13 @@ def gc(
                     f"session {printable(sid)}: still stored after removal: {info.plugin}: {info.where} "
                     "(remove it by hand)"
                 )
+        leftovers, failed = compactor.hooks.remove_leftovers(leftover_age, dry_run)
+        errors += failed
+        try:  # replay --keep writes its facts files through a temporary file too
+            before = time.time() - leftover_age
+            leftovers += map(str, remove_leftovers(data / FACTS_FOLDER, data, before, dry_run=dry_run))
+        except (OSError, StorageError) as exc:
+            errors.append(f"{data / FACTS_FOLDER}: {exc}")
     removed: list[dict[str, Any]] = [
         {"session": sid, "where": [{"plugin": i.plugin, "where": i.where} for i in stored[sid]]}
         for sid in targets
@@ -129,16 +141,20 @@ def gc(
     ]
     missing = [sid for sid in targets if sid not in stored]
     if as_json:
-        echo_json({"dry_run": dry_run, "removed": removed, "not_found": missing, "errors": errors})
+        echo_json(
+            {"dry_run": dry_run, "removed": removed, "leftovers": leftovers, "not_found": missing, "errors": errors}
+        )
     else:
         verb = "would remove" if dry_run else "removed"
         for item in removed:
             click.echo(f"{verb} session {printable(item['session'])}")
             for place in item["where"]:
                 click.echo(f"  {place['plugin']}: {place['where']}")
+        for where in leftovers:
+            click.echo(f"{verb} leftover of an interrupted write: {where}")
         for sid in missing:
             click.echo(f"session {printable(sid)}: nothing stored (no plugin of config {config!r} keeps it)", err=True)
-        if not targets:
+        if not targets and not leftovers:
             click.echo("nothing to remove", err=True)
         for error in errors:
             click.echo(f"warning: {error}", err=True)
