@@ -175,8 +175,18 @@ def structure_config(data: Any, cls: type[T], path: str = "$") -> T:
 # --- records and state ------------------------------------------------------------------------
 
 
+def _text(value: Any, _: Any) -> str:
+    """A text field of a record or a state: ``null`` is no text (a hand-edited file), refused as a
+    missing field is, never read as the text ``None``."""
+    if value is None:
+        raise SettingError("null where text belongs")
+    return str(value)
+
+
 def make_record_converter() -> cattrs.Converter:
     converter = cattrs.Converter()
+    converter.register_structure_hook(str, _text)
+    converter.register_structure_hook(AnchorType, lambda value, _: AnchorType(value))  # a str, but an enum
     converter.register_unstructure_hook(CompactionTier, lambda tier: tier.name.lower())
     converter.register_structure_hook(
         CompactionTier,
@@ -246,6 +256,18 @@ def read_records_file(path: str | os.PathLike[str]) -> Iterator[CompactionRecord
     yield from parse_records(read_file(path), path)
 
 
+def unreadable(exc: Exception) -> str:
+    """Why a record could not be read, for a warning: each field's problem (``timestamp: required
+    field missing``), else the error's type (never a value: it may hold a secret)."""
+    if not isinstance(exc, cattrs.BaseValidationError):
+        return type(exc).__name__
+    lines = transform_error(
+        exc, format_exception=lambda e, kind: str(e) if isinstance(e, SettingError) else format_exception(e, kind)
+    )
+    problems = (line.rpartition(" @ ") for line in lines)
+    return "; ".join(f"{where.removeprefix('$').removeprefix('.') or 'record'}: {what}" for what, _, where in problems)
+
+
 def parse_records(data: bytes, path: str | os.PathLike[str]) -> Iterator[CompactionRecord]:
     """Every record in the bytes of a JSONL file, as :func:`read_records_file` reads them;
     ``path`` names the file in the warnings."""
@@ -258,7 +280,7 @@ def parse_records(data: bytes, path: str | os.PathLike[str]) -> Iterator[Compact
             yield record_from_dict(json.loads(raw.decode("utf-8", "surrogatepass")))
         except Exception as exc:  # noqa: BLE001 - JSON, UTF-8 and cattrs errors all mean "unreadable"
             what = "torn last line (interrupted write)" if number - 1 == last else "unreadable line"
-            log.warning("%s:%d: skipped %s: %s", path, number, what, type(exc).__name__)
+            log.warning("%s:%d: skipped %s: %s", path, number, what, unreadable(exc))
 
 
 def state_to_json(state: SessionState) -> str:

@@ -578,6 +578,31 @@ def test_records_skips_a_torn_last_line_with_a_warning(tmp_path: Path, cfg: Path
     assert "warning:" in result.stderr and "torn last line" in result.stderr
 
 
+@pytest.mark.parametrize("field", ["timestamp", "session_id", "summary_text"])
+def test_records_skips_a_record_with_null_text_as_one_missing_it(
+    tmp_path: Path, cfg: Path, session: Path, field: str
+) -> None:
+    assert run("compact", session, "-c", cfg).exit_code == 0
+    path = tmp_path / "records" / "sess.jsonl"
+    good = json.loads(path.read_text("utf-8"))
+    path.write_text(json.dumps({**good, field: None}) + "\n")
+    alone = run("records", path)
+    assert (
+        alone.exit_code == 1 and "None" not in alone.stdout and "no line of it is a compaction record" in alone.stderr
+    )
+    path.write_text(json.dumps({**good, "id": "hand-edited", field: None}) + "\n" + json.dumps(good) + "\n")
+    for args in (["records", path], ["records", "sess", "-c", cfg], ["records", path, "--json"]):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert "None" not in result.stdout and "hand-edited" not in result.stdout
+        assert f"warning: {path}:1: skipped unreadable line: {field}: null where text belongs" in result.stderr
+    assert "1 records in" in run("records", path).stdout
+    report = run("report", path, "-o", tmp_path / "report.md")
+    assert report.exit_code == 0, report.output
+    text = (tmp_path / "report.md").read_text("utf-8")
+    assert "(None)" not in text and "None / " not in text and "record 1 (20" in text
+
+
 def test_records_errors(tmp_path: Path, cfg: Path) -> None:
     line = one_error_line(run("records", "no-such-session", "-c", cfg))
     assert line == (

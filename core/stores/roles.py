@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from ..converters import record_from_dict, record_to_json, state_from_json, state_to_json
+from ..converters import record_from_dict, record_to_json, state_from_json, state_to_json, unreadable
 from ..errors import OffloadError, StorageError
 from ..hookspecs import hookimpl
 from ..models import CompactionRecord, Message, OffloadEntry, SessionInfo, SessionState
@@ -145,7 +145,7 @@ class DatabaseRecords(_DatabasePlugin):
                     number,
                     session_id,
                     self.db.where(self.kind),
-                    type(exc).__name__,
+                    unreadable(exc),
                 )
         return found
 
