@@ -5,11 +5,12 @@ turns can be served by different processes on one host (or on a shared folder). 
 compare-and-set under an exclusive lock on the session's lock file: it succeeds only over the
 version it replaces, so two workers that compacted the same turn cannot both win. Files are
 owner-only and replaced atomically. A file that cannot be read (truncated, not JSON, wrong types)
-is moved aside as ``*.corrupt-<time>`` with a warning and the session starts over from its
-history. A file that has not changed since it was last read is not parsed again. When the
-folder is in the data folder, neither it nor any folder between them is followed if it is a
-symbolic link; ``list_sessions`` reports only the files this plugin could have made, and
-``remove_leftovers`` deletes the temporary files of saves that a killed process never renamed.
+is moved aside as ``*.corrupt-<time>`` with a warning (and deleted with the session) and the
+session starts over from its history. A file that has not changed since it was last read is not
+parsed again. When the folder is in the data folder, neither it nor any folder between them is
+followed if it is a symbolic link; ``list_sessions`` reports only the files this plugin could
+have made, and ``remove_leftovers`` deletes the temporary files of saves that a killed process
+never renamed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import threading
 import time
@@ -215,6 +217,10 @@ class FileState:
         for name in names:
             with self._locked(name):  # not while a worker saves; the lock file goes while held
                 remove(self.directory / f"{name}.json", self.top)
+                set_aside = re.compile(re.escape(f"{name}.json.corrupt-") + r"[0-9]+")
+                for found, st in list_folder(self.directory, self.top).items():
+                    if set_aside.fullmatch(found) and stat.S_ISREG(st.st_mode):  # its unreadable states
+                        remove(self.directory / found, self.top)
                 remove(self.directory / f"{name}.lock", self.top)
 
     @hookimpl

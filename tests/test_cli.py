@@ -1064,6 +1064,24 @@ def test_gc_follows_no_link_to_find_leftovers(tmp_path: Path) -> None:
     assert (elsewhere / "s1" / ".tmp-0123456789abcdef").exists()
 
 
+def test_gc_removes_the_state_files_set_aside_as_unreadable_with_their_session(
+    tmp_path: Path, cfg: Path, session: Path
+) -> None:
+    for sid in ("sess", "other"):
+        assert run("compact", session, "-c", cfg, "-s", sid).exit_code == 0
+    for sid in ("sess", "other"):
+        (tmp_path / "state" / f"{sid}.json").write_text('{"summary": "the secret pla', "utf-8")  # torn
+        assert run("compact", session, "-c", cfg, "-s", sid).exit_code == 0  # set aside, started over
+    (aside,) = (tmp_path / "state").glob("sess.json.corrupt-*")
+    result = run("gc", "sess", "-c", cfg)
+    assert result.exit_code == 0, result.output
+    assert not aside.exists() and not (tmp_path / "state" / "sess.json").exists()
+    assert [p.name.split(".")[0] for p in (tmp_path / "state").glob("*.corrupt-*")] == ["other"]
+    _age([tmp_path], 8 * 86400)
+    assert run("gc", "--older-than", "7d", "-c", cfg).exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == []
+
+
 def test_gc_arguments(cfg: Path) -> None:
     assert "either SESSION or --older-than" in one_error_line(run("gc", "-c", cfg))
     assert run("gc", "s", "--older-than", "1d", "-c", cfg).exit_code == 2
