@@ -1161,6 +1161,21 @@ def test_replay_many_sessions_one_row_each_with_totals(tmp_path: Path, cfg: Path
     )
 
 
+def test_replay_keep_never_writes_the_facts_through_a_link_planted_in_the_folder(
+    tmp_path: Path, cfg: Path, session: Path
+) -> None:
+    keep, precious = tmp_path / "kept", tmp_path / "home" / ".bashrc"
+    precious.parent.mkdir()
+    precious.write_text("export PATH=...\n")
+    (keep / "replay").mkdir(parents=True)
+    (keep / "replay" / "sess.facts.jsonl").symlink_to(precious)  # planted by an agent with a shell
+    result = run("replay", session, "-c", cfg, "--keep", keep)
+    assert result.exit_code == 0, result.output
+    assert precious.read_text() == "export PATH=...\n"
+    facts = keep / "replay" / "sess.facts.jsonl"
+    assert not facts.is_symlink() and facts.is_file() and stat.S_IMODE(facts.stat().st_mode) == 0o600
+
+
 def test_replay_again_into_the_same_keep_folder_starts_afresh(tmp_path: Path, cfg: Path, session: Path) -> None:
     keep = tmp_path / "kept"
     first = json.loads(run("replay", session, "-c", cfg, "--keep", keep, "--json").stdout)

@@ -157,8 +157,9 @@ def run_replays(
 
 
 def write_lost_facts(directory: Path, session_id: str, result: Any) -> None:
-    """For ``records --data-dir DIR``: per compaction that changed the view, the facts it left out."""
-    from ..storage import write_file
+    """For ``records --data-dir DIR``: per compaction that changed the view, the facts it left out
+    (owner-only, replaced atomically; a link planted there is replaced, never followed)."""
+    from ..storage import write_private
     from .records import facts_path
 
     lines = [
@@ -169,8 +170,7 @@ def write_lost_facts(directory: Path, session_id: str, result: Any) -> None:
         if t.lost is not None
     ]
     path = facts_path(directory, session_id)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_file(path, "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass"))
+    write_private(path, "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass"), directory)
 
 
 @contextlib.contextmanager
