@@ -368,6 +368,17 @@ class StoreContract:
         loaded = plugin.load_state("cas")
         assert (loaded.summary, loaded.version) == ("two", 2)
 
+    def test_the_same_save_run_again_is_not_a_conflict(self, backend):
+        """A connection lost after the server committed a save, before its reply came back, is
+        run again on a new connection with the same stamp: that is the save done, not another
+        worker's (a conflict would make the turn start over from the state it had just saved)."""
+        db = backend.compactor().pm.get_plugin(f"state-{backend.kind}").db
+        for version in (1, 2):
+            assert db.save_state("again", version, f"mine-{version}", b"{}") is True
+            assert db.save_state("again", version, f"mine-{version}", b"{}") is True
+            assert db.save_state("again", version, "another worker's", b"{}") is False
+        assert db.load_state("again", None)[:2] == (2, "mine-2")
+
     def test_a_state_another_worker_saved_is_read_again(self, backend):
         one = backend.compactor().pm.get_plugin(f"state-{backend.kind}")
         two = backend.compactor().pm.get_plugin(f"state-{backend.kind}")

@@ -424,18 +424,20 @@ class PostgresDatabase:
 
     def save_state(self, session_id: str, version: int, stamp: str, data: bytes) -> bool:
         sid = storable_id(session_id)
+        # The same save again (its stamp: a retry whose first reply was lost) is no conflict.
         if version == 1:
             sql = self._sql(
-                "INSERT INTO {s}.compactor_state (session_id, version, stamp, data) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (session_id) DO NOTHING"
+                "INSERT INTO {s}.compactor_state AS held (session_id, version, stamp, data) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (session_id) DO UPDATE SET updated = now()"
+                " WHERE held.version = EXCLUDED.version AND held.stamp = EXCLUDED.stamp"
             )
             params: tuple[Any, ...] = (sid, version, stamp, data)
         else:
             sql = self._sql(
                 "UPDATE {s}.compactor_state SET version = %s, stamp = %s, data = %s, updated = now()"
-                " WHERE session_id = %s AND version = %s"
+                " WHERE session_id = %s AND (version = %s OR (version = %s AND stamp = %s))"
             )
-            params = (version, stamp, data, sid, version - 1)
+            params = (version, stamp, data, sid, version - 1, version, stamp)
         return bool(self._run(lambda c: c.execute(sql, params).rowcount))
 
     # --- records -----------------------------------------------------------------------------

@@ -223,18 +223,20 @@ class SqliteDatabase:
     def save_state(self, session_id: str, version: int, stamp: str, data: bytes) -> bool:
         sid = storable_id(session_id)
         now = time.time()
+        # The same save again (its stamp: a retry whose first reply was lost) is no conflict.
         if version == 1:
             sql = (
                 "INSERT INTO compactor_state (session_id, version, stamp, data, updated) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT (session_id) DO NOTHING"
+                " ON CONFLICT (session_id) DO UPDATE SET updated = excluded.updated"
+                " WHERE version = excluded.version AND stamp = excluded.stamp"
             )
             params: tuple[Any, ...] = (sid, version, stamp, data, now)
         else:
             sql = (
                 "UPDATE compactor_state SET version = ?, stamp = ?, data = ?, updated = ?"
-                " WHERE session_id = ? AND version = ?"
+                " WHERE session_id = ? AND (version = ? OR (version = ? AND stamp = ?))"
             )
-            params = (version, stamp, data, now, sid, version - 1)
+            params = (version, stamp, data, now, sid, version - 1, version, stamp)
         return bool(self._run(lambda c: c.execute(sql, params).rowcount, writes=True))
 
     # --- records -----------------------------------------------------------------------------
