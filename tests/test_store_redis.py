@@ -73,6 +73,30 @@ def test_keys_expire_after_the_ttl_and_a_load_keeps_the_state_and_the_results_al
     assert worker.sessions() == []
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"plugins": {"state": "state-files"}},  # nothing renews the results
+        {"config": {"state-redis": {"ttl": 0}}},  # loads renew nothing without a ttl
+        {"config": {"state-redis": {"prefix": "elsewhere:"}}},  # another prefix: other keys
+    ],
+)
+def test_a_ttl_on_results_that_nothing_renews_is_a_config_error(state):
+    """Only state-redis's loads (same server and prefix, with a ttl) keep an active session's
+    results alive; any other setup would let them expire while the view names them."""
+    from progressive_compactor.config import deep_merge
+
+    url = "redis://127.0.0.1:1/0"  # never reached: the check comes first
+    blocks = {name: {"url": url, "ttl": 60} for name in ("state-redis", "offload-redis")}
+    renewed = {"plugins": {"state": "state-redis", "offload": "offload-redis"}, "config": blocks}
+    data = deep_merge(renewed, state)
+    with pytest.raises(ConfigError) as caught:
+        ProgressiveCompactor(data)
+    assert "@ $.config.offload-redis.ttl" in str(caught.value) and "state-redis" in str(caught.value)
+    ProgressiveCompactor(deep_merge(data, {"config": {"offload-redis": {"ttl": 0}}})).close()  # kept until deleted
+    ProgressiveCompactor(renewed).close()  # renewed: fine
+
+
 def test_the_results_of_an_active_session_outlive_the_ttl_and_expire_once_it_is_idle(backend):
     history = warn_history()
     worker = backend.compactor(context_window=window_for(history, 0.65), config=backend.config(ttl=1))
