@@ -13,9 +13,9 @@ names them, and the plugin refuses to start with it.
 
 from __future__ import annotations
 
-import attrs
-
 from typing import Any
+
+import attrs
 
 from progressive_compactor.plugin import (
     ConfigError,
