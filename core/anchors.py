@@ -71,7 +71,9 @@ def empty_anchors() -> tuple[Anchor, ...]:
 
 
 def parse_markdown(text: str) -> ParsedSummary:
-    """Read anchors from ``## Title`` sections; text outside them is the prose.
+    """Read anchors from ``## Title`` sections; text outside them is the prose, but for the
+    compaction message's marker and its ``## Offloaded Tool Results`` section, which a model may
+    echo and the core writes itself.
 
     All five anchors always come back, in AnchorType order; the missing ones are ``N/A`` and
     listed in ``missing``.
@@ -90,11 +92,16 @@ def parse_markdown(text: str) -> ParsedSummary:
             if title in _PROSE_TITLES:
                 current = prose
                 continue
-        if line.strip() == COMPACTION_MARKER:
+            if title == OFFLOADED_TITLE:  # the core's own section, echoed by a model: the core lists them
+                current = None
+                continue
+            if current is None:
+                current = prose
+        if current is None or line.strip() == COMPACTION_MARKER:
             continue
         if line.startswith("\\") and _structural(line.lstrip("\\")):
             line = line[1:]  # a line of content that reads as a section heading, as format_summary escaped it
-        current.append(line)  # type: ignore[union-attr]
+        current.append(line)
     anchors = []
     missing = []
     for t in AnchorType:
@@ -107,6 +114,9 @@ def parse_markdown(text: str) -> ParsedSummary:
 
 
 _PROSE_TITLES = ("summary", "prose", "context", "context compaction")
+OFFLOADED_TITLE = "offloaded tool results"
+"""The compaction message's list of handles (:func:`compaction_message`): a summary that echoes
+it loses nothing when it is dropped, the core lists the handles itself."""
 
 
 def _structural(line: str) -> bool:
@@ -115,7 +125,7 @@ def _structural(line: str) -> bool:
     if not line.lstrip().startswith(("#", "*", "[")):  # what a heading or the marker starts with
         return False
     m = _HEADING.match(line)
-    if m is not None and ((title := _title(m)) in _ALIASES or title in _PROSE_TITLES):
+    if m is not None and ((title := _title(m)) in _ALIASES or title in _PROSE_TITLES or title == OFFLOADED_TITLE):
         return True
     return line.strip() == COMPACTION_MARKER
 

@@ -152,7 +152,16 @@ def test_format_and_parse_round_trip():
 _LINES = st.one_of(
     st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30),
     st.sampled_from(
-        ["## Summary", "## Next Steps", "**Progress**", "# Intent", "### Context:", COMPACTION_MARKER, "\\## Summary"]
+        [
+            "## Summary",
+            "## Next Steps",
+            "**Progress**",
+            "# Intent",
+            "### Context:",
+            COMPACTION_MARKER,
+            "\\## Summary",
+            "## Offloaded Tool Results",
+        ]
     ),
 )
 _CONTENT = st.lists(_LINES, min_size=1, max_size=5).map("\n".join).filter(str.strip)
@@ -171,6 +180,19 @@ def test_any_anchor_text_reads_back_as_it_was_written(contents, prose):
     parsed = parse_markdown(format_summary(anchors, prose))
     assert [a.content for a in parsed.anchors] == [_read_back(c) for c in contents]
     assert parsed.prose == _read_back(prose) and parsed.missing == ()
+
+
+def test_a_summary_that_echoes_the_compaction_message_reads_as_the_summary_alone():
+    """A model given the view may copy the compaction message, header and handle list included:
+    the handles are the core's to list (it does, in every compaction message), so the echoed list
+    is not kept in the prose, where the message would show it twice."""
+    parsed = parse_markdown(FULL_TEXT)
+    echoed = compaction_message_text(parsed.anchors, parsed.prose, covered=40, handles=["s/call_1", "s/call_2"])
+    again = parse_markdown(echoed + "\n\n## Next Steps\nRun the tests.")
+    assert "s/call_1" not in again.prose and "Offloaded" not in again.prose
+    assert again.prose.endswith(parsed.prose)  # what follows the list is read as ever
+    assert again.anchors[:-1] == parsed.anchors[:-1]
+    assert again.anchors[-1].content.split() == [*parsed.anchors[-1].content.split(), "Run", "the", "tests."]
 
 
 def test_a_request_with_its_own_sections_stays_in_the_intent(make_compactor):
