@@ -140,6 +140,10 @@ class SessionCache:
         again at every new view."""
         self._chain: list[int] = []
         """The fingerprints of the settled messages' prefixes, one a length (:meth:`prefix_fingerprint`)."""
+        self.rejected_summary: tuple[int, int] = (-1, 0)
+        """The loop guard's last rejection in this process: a summary from the state's boundary
+        (the first number) to the second came back larger than what it replaced. A summary from
+        the same boundary is not asked again until there is more to fold."""
         self.verified: tuple[int, str | None] | None = None
         """The state boundary last checked against this history."""
         self.stale_at: int | None = None

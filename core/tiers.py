@@ -213,6 +213,10 @@ class TierRunner:
                 f"than the compaction message would be with nothing new but the facts ({least} tokens)",
                 True,
             )
+        start, end = work.state.covered, work.state.covered + count
+        rejected_from, rejected_to = cache.rejected_summary
+        if start == rejected_from and end <= rejected_to:  # the same rejection is not paid for every turn
+            return "loop guard: a summary of these messages came back larger than them on an earlier turn", True
         self.hooks.extract_memory(messages, work.session_id)
         previous = work.state
         request = SummaryRequest(
@@ -255,6 +259,7 @@ class TierRunner:
         compaction = self.compaction_message(work.session_id, state, cache.request_for(state))
         new_tokens = self.hooks.estimate_tokens([compaction])[0] + self._pinned_tokens(cache, state)
         if new_tokens >= old_tokens + replaced:
+            cache.rejected_summary = (start, end)
             return (
                 f"loop guard: the summary ({new_tokens} tokens) is larger than what it replaces "
                 f"({old_tokens + replaced} tokens)",

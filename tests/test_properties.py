@@ -196,6 +196,9 @@ def test_every_view_is_valid_and_fits_its_tier_turn_by_turn(history, window, min
 # so the next call with the same history asked the summarizer again.
 @example(**json.loads((DATA / "fuzz_rejected_summary.json").read_text("utf-8")))
 @example(**json.loads((DATA / "fuzz_emergency_then_soft.json").read_text("utf-8")))
+# A summary the loop guard rejected though the messages were above its floor (a result with lone
+# surrogates, an image filling most of a tiny window): it was asked again on every turn.
+@example(**json.loads((DATA / "fuzz_rejected_again.json").read_text("utf-8")))
 def test_a_whole_history_at_once_is_valid_and_fits(history, window):
     with tempfile.TemporaryDirectory() as tmp:
         compactor = make_compactor(tmp, context_window=window)
