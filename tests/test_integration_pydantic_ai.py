@@ -47,6 +47,7 @@ from progressive_compactor.integrations.pydantic_ai import (  # noqa: E402
     capability,
     from_view,
     history_processor,
+    problems,
     read_tool_result_tool,
     to_dicts,
 )
@@ -297,6 +298,57 @@ def test_a_view_that_cannot_fit_raises_a_clear_error(make_compactor):
     with pytest.raises(ContextWindowExceededError, match="over the context window of 1000"):
         agent_with(FunctionModel(replayer), history_processor(compactor)).run_sync("x" * 20_000)
     assert replayer.requests == []
+
+
+def test_a_call_whose_compaction_was_cancelled_leaves_the_full_history_whole(make_compactor):
+    """The run is timed out while the async processor waits for a summary: the processor still
+    pairs the full history with the view it last returned, so ``full_history`` of the captured
+    messages (the recovery after a failure) has every message once, no tool call twice."""
+    from progressive_compactor.plugin import hookimpl
+
+    class Hangs:
+        hang = False
+
+        @hookimpl(tryfirst=True)
+        def asummarize(self, request):
+            async def answer():
+                if self.hang:
+                    await asyncio.sleep(30)
+                return None  # the offline summarizer answers
+
+            return answer()
+
+    hangs = Hangs()
+    compactor = make_compactor(context_window=2_000, extra_plugins=[("hangs", hangs)])
+    processor = async_history_processor(compactor, session_id="u")
+    calls: list[str] = []
+
+    def model(messages, info):
+        n = len(calls)
+        if n < 12:
+            return ModelResponse(parts=[ToolCallPart("bash", {"cmd": f"step {n}"}, tool_call_id=f"c{n}")])
+        return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
+
+    agent = agent_with(FunctionModel(model), processor)
+
+    @agent.tool_plain
+    def bash(cmd: str) -> str:
+        calls.append(cmd)
+        hangs.hang = len(calls) >= 6  # the next summary the view needs never comes
+        return f"{cmd} output line\n" * 40
+
+    async def main():
+        with capture_run_messages() as captured:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(agent.run("fix the bug"), 0.5)
+        return captured
+
+    captured = asyncio.run(main())
+    assert hangs.hang and len(calls) < 12  # the run was cut off while a summary was awaited
+    full = processor.full_history("u", captured)
+    ids = [p.tool_call_id for m in full for p in m.parts if isinstance(p, (ToolCallPart, ToolReturnPart))]
+    assert ids == [i for n in range(len(calls)) for i in (f"c{n}", f"c{n}")]
+    assert problems(full) == []
 
 
 def test_usage_anchors_the_session(make_compactor):

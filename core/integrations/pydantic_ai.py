@@ -322,7 +322,7 @@ class HistoryCompactor(Adapter):
         self, session_id: str | None = None, run_messages: Sequence[ModelMessage] | None = None
     ) -> list[ModelMessage]:
         """The whole history of a session (not compacted): what the processor saw at the last
-        model request, and, given the run's messages (``result.all_messages()``, or those of
+        model request it answered, and, given the run's messages (``result.all_messages()``, or those of
         ``capture_run_messages()`` after a failure), what came after it (the last response)."""
         session = self._sessions.get(session_id or self.compactor.session_id)
         if session is None:
@@ -354,29 +354,37 @@ class HistoryCompactor(Adapter):
             )
         return str(conversation) if conversation else self.compactor.session_id
 
-    def _prepare(self, ctx: Any, messages: list[ModelMessage]) -> tuple[str, _Session, list[dict[str, Any]]]:
+    def _prepare(
+        self, ctx: Any, messages: list[ModelMessage]
+    ) -> tuple[str, _Session, list[ModelMessage], list[dict[str, Any]]]:
+        """The session, its full history with ``messages`` and that history as dicts. The session
+        takes the new full history in :meth:`_finish`, with the view: a call that raises or is
+        cancelled before (a summary timed out) leaves it paired with the view it last returned."""
         sid = self.session_of(ctx, messages)
         with self._lock:
             session = self._sessions.setdefault(sid, _Session())
         if _starts_with(messages, session.view):  # 2.x: the run holds our last view; put the history back
-            session.full = session.full + messages[len(session.view) :]
+            full = session.full + messages[len(session.view) :]
         else:  # 1.x (the run keeps the history) or a new conversation
-            session.full = list(messages)
-        self._report_usage(session)
-        return sid, session, session.converter.dicts(session.full)
+            full = list(messages)
+        self._report_usage(session, full)
+        return sid, session, full, session.converter.dicts(full)
 
-    def _report_usage(self, session: _Session) -> None:
+    def _report_usage(self, session: _Session, full: list[ModelMessage]) -> None:
         """The response to the last view carries the provider's count of it: anchor with it."""
         if session.outcome is None:
             return
-        latest = next((m for m in reversed(session.full) if isinstance(m, ModelResponse)), None)
+        latest = next((m for m in reversed(full) if isinstance(m, ModelResponse)), None)
         if latest is None or id(latest) == session.reported or any(latest is m for m in session.view):
             return
         session.reported = id(latest)
         usage = getattr(latest, "usage", None)
         self.compaction.observe(session.outcome, getattr(usage, "input_tokens", None))
 
-    def _finish(self, session: _Session, history: list[dict[str, Any]], outcome: Outcome) -> list[ModelMessage]:
+    def _finish(
+        self, session: _Session, full: list[ModelMessage], history: list[dict[str, Any]], outcome: Outcome
+    ) -> list[ModelMessage]:
+        session.full = full
         session.outcome = outcome
         if outcome.failed:
             session.view = list(session.full)
@@ -391,12 +399,12 @@ class HistoryCompactor(Adapter):
         return list(view)
 
     def process(self, ctx: Any, messages: list[ModelMessage]) -> list[ModelMessage]:
-        sid, session, history = self._prepare(ctx, messages)
-        return self._finish(session, history, self.compaction.compact(history, sid))
+        sid, session, full, history = self._prepare(ctx, messages)
+        return self._finish(session, full, history, self.compaction.compact(history, sid))
 
     async def aprocess(self, ctx: Any, messages: list[ModelMessage]) -> list[ModelMessage]:
-        sid, session, history = self._prepare(ctx, messages)
-        return self._finish(session, history, await self.compaction.acompact(history, sid))
+        sid, session, full, history = self._prepare(ctx, messages)
+        return self._finish(session, full, history, await self.compaction.acompact(history, sid))
 
 
 def history_processor(compactor: ProgressiveCompactor, **options: Any) -> Processor:
