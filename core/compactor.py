@@ -44,7 +44,7 @@ from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
 from .record_stamp import new_record_id, record_timestamp
 from .redaction import SecretRegistry, config_registry
 from .session_cache import SessionCache
-from .session_memory import SessionMemory
+from .session_memory import SessionMemory, cancelling
 from .tiers import Summarized, TierRunner, TurnWork
 from .tools import read_result
 from .usage import NO_CORRECTION, Correction, UsageAnchors, corrected
@@ -261,7 +261,9 @@ class ProgressiveCompactor:
                     else:
                         result = await asyncio.to_thread(self.hooks.summarize, request)
                     answer = checked(result)
-                except Exception as exc:  # noqa: BLE001 - any failure means "fall back"
+                except (Exception, asyncio.CancelledError) as exc:  # any failure means "fall back"
+                    if isinstance(exc, asyncio.CancelledError) and cancelling():
+                        raise  # this turn is cancelled (not the summarizer's own call): it stops, saving nothing
                     answer = Summarized.failed(cause(exc), exc)
                 request = turn.send(answer)
         except StopIteration as stop:
@@ -491,9 +493,7 @@ def checked(result: SummaryResult | None) -> Summarized:
 
 
 def cause(exc: BaseException) -> str:
-    if isinstance(exc, SummarizerError):
-        return exc.cause
-    return f"{type(exc).__name__}: {exc}"
+    return exc.cause if isinstance(exc, SummarizerError) else f"{type(exc).__name__}: {str(exc) or 'no message'}"
 
 
 __all__ = ["EMERGENCY_ERROR", "ProgressiveCompactor"]

@@ -126,4 +126,13 @@ class SessionMemory:
                 del locks[session_id]
 
 
-__all__ = ["RecentlyUsed", "SessionMemory"]
+def cancelling() -> bool:
+    """Whether the running task is being cancelled (``task.cancel()``, which ``wait_for``, timeouts
+    and task groups call), rather than something it awaited: a ``CancelledError`` from a
+    summarizer's own call is a failure like any other. Before Python 3.11 it cannot be told: yes."""
+    task = asyncio.current_task()
+    count = getattr(task, "cancelling", None)
+    return count is None or count() > 0
+
+
+__all__ = ["RecentlyUsed", "SessionMemory", "cancelling"]

@@ -146,3 +146,61 @@ def test_sync_and_async_give_the_same_view(fake, tmp_path):
         sync_record.tokens_after,
     )
     assert fake.requests[0].body == fake.requests[1].body
+
+
+class CancelledUnderneath:
+    """A summarizer whose awaitable is cancelled by someone else (a shared in-flight request that
+    another caller cancelled, a client library that reports a call the server cancelled so)."""
+
+    from progressive_compactor.plugin import hookimpl
+
+    @hookimpl(tryfirst=True)
+    def asummarize(self, request):
+        async def answer():
+            call = asyncio.get_running_loop().create_task(asyncio.sleep(30))
+            asyncio.get_running_loop().call_later(0.02, call.cancel)
+            return await call
+
+        return answer()
+
+
+def test_a_summarizer_cancelled_underneath_falls_back_as_any_failure(tmp_path):
+    """The turn itself was not cancelled: the summarizer failed, and the turn falls back as the
+    sync API does for any summarizer failure, instead of raising ``CancelledError`` to the agent."""
+    history = synthetic_history("SESSION-MARKER-under", FULL_ROUNDS)
+    compactor = ProgressiveCompactor(
+        "classic", context_window=2000, data_dir=str(tmp_path), extra_plugins=[("under", CancelledUnderneath())]
+    )
+    view, record = asyncio.run(asyncio.wait_for(compactor.acompact_with_record(history, "s"), 5))
+    assert record.tier is CompactionTier.EMERGENCY and record.fallback
+    assert record.errors == ("summarizer failed: CancelledError: no message", EMERGENCY_ERROR)
+    assert valid(view)
+    assert compactor.state("s").covered > 0 and compactor._memory._locks == {}
+
+
+def test_a_cancelled_turn_still_stops_and_leaves_the_session_usable(fake, tmp_path):
+    """Cancelled while its summary request is in flight (a task cancelled, a ``wait_for`` timed
+    out): the turn stops at once, saves nothing, holds no lock; the next turn of the session
+    summarizes and gives a valid view."""
+    fake.push(Behaviour("hang", delay=1.0), Behaviour("hang", delay=1.0))  # then the default: a summary
+
+    async def main():
+        async with ProgressiveCompactor(
+            "default", **compactor_settings(fake.base_url, "openai", tmp_path)
+        ) as compactor:
+            history = synthetic_history("SESSION-MARKER-cancel", FULL_ROUNDS)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(compactor.acompact_with_record(history, "s"), 0.2)
+            task = asyncio.create_task(compactor.acompact_with_record(history, "s"))
+            while len(fake.requests) < 2:  # its summary request is in flight
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert compactor.state("s").version == 0  # nothing half-saved
+            assert compactor._memory._locks == {}
+            return await asyncio.wait_for(compactor.acompact_with_record(history, "s"), 5)
+
+    view, record = asyncio.run(main())
+    assert record.tier is CompactionTier.FULL and record.errors == ()
+    assert valid(view) and set(MARKER.findall(compaction_message(view)["content"])) == {"SESSION-MARKER-cancel"}
