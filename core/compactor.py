@@ -356,7 +356,7 @@ class ProgressiveCompactor:
             work.state = attrs.evolve(work.state, version=state.version + 1)
             if tier >= CompactionTier.SOFT:  # where this compaction landed, in the counts the policy compares
                 landed = correction.total(tokens_after)
-                work.state = attrs.evolve(work.state, landed_tokens=landed, landed_messages=len(history))
+                work.state = attrs.evolve(work.state, landed_tokens=landed, landed_messages=context.history_messages)
             save_errors: list[str] = []
             # A stale turn (an earlier one sent again) saves nothing: the newer state stays.
             saved = False if stale else self._save_state(sid, cache, work.state, save_errors)

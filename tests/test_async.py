@@ -204,3 +204,30 @@ def test_a_cancelled_turn_still_stops_and_leaves_the_session_usable(fake, tmp_pa
     view, record = asyncio.run(main())
     assert record.tier is CompactionTier.FULL and record.errors == ()
     assert valid(view) and set(MARKER.findall(compaction_message(view)["content"])) == {"SESSION-MARKER-cancel"}
+
+
+def test_messages_appended_while_a_summary_is_awaited_count_as_new_at_the_next_turn(tmp_path):
+    """The agent appends to an ``AsyncSession``'s history while a view is being computed: the
+    state records where the compaction landed as the history the view was made from, so the next
+    turn counts the appended messages as grown since (``policy-cost`` prices growth by them)."""
+    from progressive_compactor.plugin import hookimpl
+
+    class AppendsMeanwhile:
+        @hookimpl(tryfirst=True)
+        def asummarize(self, request):
+            async def answer():
+                session.append({"role": "user", "content": "meanwhile"}, {"role": "assistant", "content": "ok"})
+                return compactor.hooks.summarize(request)  # the offline summarizer's answer
+
+            return answer()
+
+    compactor = ProgressiveCompactor(
+        "default", context_window=2000, data_dir=str(tmp_path), extra_plugins=[("meanwhile", AppendsMeanwhile())]
+    )
+    session = AsyncSession(compactor, "s")
+    session.extend(synthetic_history("SESSION-MARKER-meanwhile", FULL_ROUNDS))
+    before = len(session.history)
+    view = asyncio.run(session.view())
+    assert session.last_record.tier is CompactionTier.FULL and valid(view)
+    assert len(session.history) == before + 2 and view[-1]["content"] != "ok"
+    assert compactor.state("s").landed_messages == before
