@@ -24,7 +24,8 @@ small a compaction makes the view. A :class:`Correction` is the two of them:
   not taken for text that counts four times its estimate, and a large view's excess for an
   offset that a compacted view would keep;
 - ``scale`` is kept between 0.25 and 4 and ``offset`` between 0 and the reported count, so that
-  a count reported for the wrong view cannot make a session compact on every turn or never;
+  a count reported for the wrong view cannot make a session compact on every turn or never; a
+  count below a quarter of the view's estimate is ignored: it counts part of the view only;
 - every count the turn decides on is corrected: the tier the policy picks, the loop guard's
   check after a summary and the truncation budget (messages count ``scale ×`` their estimate;
   the offset is counted once per view, like the system message, and comes off the budget);
@@ -36,6 +37,7 @@ seen a report for a session uses no correction until it gets one.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Sequence
@@ -45,6 +47,7 @@ import attrs
 from .models import Message
 from .plugin_manager import Hooks
 
+log = logging.getLogger("progressive_compactor")
 MIN_RATIO = 0.25
 MAX_RATIO = 4.0
 MAX_OFFSET_SHARE = 0.1
@@ -143,12 +146,25 @@ class UsageAnchors:
     def observe(self, session_id: str, input_tokens: int) -> float | None:
         """The provider counted ``input_tokens`` for the last view returned; the ratio of the
         count to that view's estimate (kept between 0.25 and 4), or None when no view was
-        returned for the session yet (nothing to anchor)."""
+        returned for the session yet (nothing to anchor) or the count is below a quarter of the
+        estimate: no tokenizer counts a whole view so short (it is the count of part of it, say
+        Anthropic's ``input_tokens`` without the cached tokens), and taken for the view's count
+        it would let the view grow past the window before any tier fires."""
         if isinstance(input_tokens, bool) or not isinstance(input_tokens, int) or input_tokens < 0:
             raise ValueError(f"input_tokens must be a whole number of tokens, 0 or more, got {input_tokens!r}")
         with self._lock:
             anchor = self._sessions.get(session_id)
             if anchor is None or anchor.estimated <= 0 or input_tokens == 0:
+                return None
+            if input_tokens < MIN_RATIO * anchor.estimated:
+                log.warning(
+                    "session %s: the provider's count of %d input tokens is below a quarter of the view's "
+                    "estimate (%d), so it is not a count of the whole view; ignored (report the whole prompt: "
+                    "with Anthropic, input_tokens + cache_creation_input_tokens + cache_read_input_tokens)",
+                    session_id,
+                    input_tokens,
+                    anchor.estimated,
+                )
                 return None
             latest = (anchor.estimated, input_tokens)
             if anchor.low is None or latest[0] <= anchor.low[0]:

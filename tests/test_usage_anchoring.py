@@ -246,13 +246,14 @@ def test_observe_usage_edges(make_compactor):
     tokens = estimate(view)
     assert compactor.observe_usage("s", round(tokens * 1.25)) == pytest.approx(1.25, abs=0.01)
     assert compactor.observe_usage("s", tokens * 100) == 4.0  # kept between 0.25 and 4
-    assert compactor.observe_usage("s", 1) == 0.25
+    assert compactor.observe_usage("s", tokens // 4 - 1) is None  # a count of part of the view: ignored
+    assert compactor.observe_usage("s", round(tokens * 0.3)) == pytest.approx(0.3, abs=0.01)
     for bad in (-1, 2.5, "10", True):
         with pytest.raises(ValueError, match="input_tokens"):
             compactor.observe_usage("s", bad)
     assert compactor.observe_usage("s", 0) is None  # a provider that reports nothing changes nothing
     _, record = compactor.compact_with_record(build_history([400] * 3), "s")
-    assert record.token_correction == 0.25
+    assert record.token_correction == pytest.approx(0.3, abs=0.01)
     assert compactor.observe_usage("other", 100) is None  # sessions are separate
     compactor.delete_session("s")
     _, record = compactor.compact_with_record(build_history([400] * 3), "s")
@@ -328,3 +329,24 @@ def test_the_reports_give_back_the_providers_offset_and_scale(offset, scale, siz
         assert abs(correction.total(e1) - reports[-1][1]) <= 1
         if offset > 1 + scale * min(e1, far) / abs(far - e1):  # an offset the rounding cannot hide
             assert correction.offset == pytest.approx(offset, abs=2 + 2 * max(e1, far) / abs(far - e1))
+
+
+def test_a_count_of_part_of_the_view_is_not_taken_for_the_whole(make_compactor, caplog):
+    """Anthropic's ``input_tokens`` alone is the part of the request after its cache breakpoint: a
+    few dozen tokens of a view of thousands. Taken for the view's count (clamped at a ratio of
+    0.25), the session counted a quarter of what it sent and let it grow to 1.5 windows without
+    compacting: the provider refused it. A count below a quarter of the estimate is no count of
+    the view: it changes nothing, and says why."""
+    compactor = make_compactor(context_window=WINDOW)
+    history = build_history([2000] * 3)
+    view = compactor.compact(history, "s")
+    with caplog.at_level("WARNING", logger="progressive_compactor"):
+        assert compactor.observe_usage("s", estimate(view) // 50) is None
+    assert "cache_read_input_tokens" in caplog.text
+    history += [m for i in range(12) for m in tool_turn(f"n{i}", 8000)]
+    assert estimate(history) > 1.5 * WINDOW
+    view, record = compactor.compact_with_record(history, "s")
+    assert record.token_correction == 1.0 and record.token_offset == 0
+    assert record.tier is not CompactionTier.NONE and estimate(view) <= WINDOW
+    # a whole count after it anchors as before
+    assert compactor.observe_usage("s", round(estimate(view) * 1.3)) == pytest.approx(1.3, abs=0.01)
