@@ -442,7 +442,7 @@ class ProgressiveCompactor:
                 self.secrets.redact,
                 self.config.pin_request,
             )
-            self._memory.caches.put(sid, cache)
+            self._memory.keep(sid, cache)
         cache.read(history)
         return cache
 

@@ -81,6 +81,12 @@ class SessionMemory:
             asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Lock, list[int]]]
         ] = weakref.WeakKeyDictionary()
 
+    def keep(self, session_id: str, cache: SessionCache) -> None:
+        """Keep the session's cache, and an anchor for its usage reports, dropped with it (the
+        anchor first: a cache dropped at once drops it too, and none outlives its cache)."""
+        self.usage.open(session_id)
+        self.caches.put(session_id, cache)
+
     def forget(self, session_id: str) -> None:
         """Drop the session's cache and usage correction (a deleted session)."""
         self.caches.pop(session_id)

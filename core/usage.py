@@ -135,13 +135,18 @@ class UsageAnchors:
         anchor = self._sessions.get(session_id)
         return anchor.correction if anchor is not None else NO_CORRECTION
 
+    def open(self, session_id: str) -> None:
+        """Keep an anchor for the session (its cache is about to be kept: the two go together)."""
+        with self._lock:
+            self._sessions.setdefault(session_id, UsageAnchor())
+
     def returned(self, session_id: str, estimated: int) -> None:
-        """A view estimated at ``estimated`` tokens was returned for the session."""
+        """A view estimated at ``estimated`` tokens was returned for the session; nothing when
+        the session's anchor was dropped with its cache meanwhile (its next turn starts anew)."""
         with self._lock:
             anchor = self._sessions.get(session_id)
-            if anchor is None:
-                anchor = self._sessions[session_id] = UsageAnchor()
-            anchor.estimated = estimated
+            if anchor is not None:
+                anchor.estimated = estimated
 
     def observe(self, session_id: str, input_tokens: int) -> float | None:
         """The provider counted ``input_tokens`` for the last view returned; the ratio of the

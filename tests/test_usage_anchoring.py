@@ -350,3 +350,31 @@ def test_a_count_of_part_of_the_view_is_not_taken_for_the_whole(make_compactor, 
     assert record.tier is not CompactionTier.NONE and estimate(view) <= WINDOW
     # a whole count after it anchors as before
     assert compactor.observe_usage("s", round(estimate(view) * 1.3)) == pytest.approx(1.3, abs=0.01)
+
+
+def test_a_session_dropped_while_its_turn_runs_leaves_no_anchor_behind(make_compactor):
+    """The anchors are kept for the sessions whose caches are (``cached_sessions``). A session
+    whose cache was dropped while its turn was summarizing (other sessions compacted meanwhile)
+    got its anchor back when the turn returned its view, with no cache to drop it again: one
+    anchor for ever per such session, in a worker that serves thousands."""
+    from progressive_compactor.testing import RecordingSummarizer, window_for
+
+    history = build_history([1900] * 8)
+    others = iter(range(1000))
+
+    def busy_meanwhile(request) -> str:  # other sessions' turns while this one waits for its summary
+        for _ in range(3):
+            compactor.compact(build_history([100]), f"other-{next(others)}")
+        return "The agent read the files."
+
+    compactor = make_compactor(
+        context_window=window_for(history, 0.75),
+        cached_sessions=2,
+        extra_plugins=[("s", RecordingSummarizer(busy_meanwhile))],
+    )
+    view, record = compactor.compact_with_record(history, "x")
+    assert record.tier is CompactionTier.SOFT
+    kept = set(compactor._memory.caches._values)
+    assert "x" not in kept
+    assert set(compactor._usage._sessions) <= kept
+    assert compactor.observe_usage("x", estimate(view)) is None  # dropped: no correction, as documented
