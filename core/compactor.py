@@ -169,10 +169,8 @@ class ProgressiveCompactor:
         session's views count ``offset + scale × estimate``, both learnt from the reports (the
         offset: what the provider counts besides the messages, tool definitions), so the tiers
         fire at the real share of the window; records say them (``token_offset``,
-        ``token_correction``). Returns ``reported ÷ estimated`` for the view (kept between 0.25 and
-        4), or None when no view was returned for the session yet, or when the count is below a quarter
-        of the view's estimate (a count of part of it: ignored, with a warning). See
-        :mod:`progressive_compactor.usage`.
+        ``token_correction``). Returns ``reported ÷ estimated`` for the view (at most 4); None when no
+        view was returned yet, or the count is under a quarter of it (ignored): :mod:`progressive_compactor.usage`.
         """
         return self._usage.observe(self._session_id(session_id), input_tokens)
 
