@@ -41,7 +41,7 @@ from .messages import (
     text_of,
     with_result_text,
 )
-from .models import Message, SessionState
+from .models import AnchorType, Message, SessionState
 from .redaction import redact_data
 
 Estimate = Callable[[Sequence[Message]], list[int]]
@@ -296,9 +296,20 @@ class SessionCache:
             matches = given == self.prefix_fingerprint(state.covered)
         else:
             matches = given == self.fingerprint(state.covered - 1)
+        if matches and not self._keeps_request(state):
+            matches = False
         if matches:
             self.verified = key
         return matches
+
+    def _keeps_request(self, state: SessionState) -> bool:
+        """Whether ``state``'s intent holds this history's request, when its summary covers it.
+        The prefix fingerprint reads the ends of each message alone: a request edited inside (a
+        port, a target, the same length) would be served the summary of the old one."""
+        if self.request_index is None or state.covered <= self.request_index or not self.first_request:
+            return True
+        intent = next((a for a in self.masked(state).anchors if a.type is AnchorType.USER_INTENT), None)
+        return intent is None or self.redact(self.first_request) in intent.content
 
     def masked(self, state: SessionState) -> SessionState:
         """``state`` with its summary and anchors masked: a state another process saved (an older

@@ -417,6 +417,24 @@ def test_another_history_that_ends_like_the_first_is_not_given_its_summary(make_
     assert record.errors[0].startswith("session state did not match this history")
 
 
+@pytest.mark.parametrize("config", ["default", "classic"])
+def test_a_request_edited_inside_is_not_given_the_summary_of_the_old_one(make_compactor, config):
+    """The user edits one word in the middle of a long request: same length, same ends. The state
+    that covers the old request must not be served with it (the prefix fingerprint reads only the
+    ends of each message): the view states the new request alone."""
+    request = "Please deploy the service. " + "Context line. " * 60 + "Target: deploy to staging now. "
+    request += "More context. " * 60
+    history = build_history([3000] * 12, request=request)
+    compactor = make_compactor(config, context_window=window_for(history, 0.85))
+    assert compactor.compact_with_record(history)[1].tier is CompactionTier.FULL
+    edited = copy.deepcopy(history)
+    edited[1]["content"] = request.replace("deploy to staging", "deploy to product")
+    view, record = compactor.compact_with_record(edited)
+    assert "deploy to staging" not in str(view) and "deploy to product" in str(view)
+    assert record.errors[0].startswith("session state did not match this history")
+    assert problems(view) == []
+
+
 @pytest.mark.parametrize(
     "ratio, tier",
     [(0.75, CompactionTier.SOFT), (0.85, CompactionTier.FULL), (0.97, CompactionTier.EMERGENCY)],
