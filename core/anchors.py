@@ -314,8 +314,18 @@ def _intent(current: Anchor, facts: Facts, everything: str) -> Anchor:
     instructions, the summarizer's notes) with the later instructions of ``facts`` that
     ``everything`` lacks, the newest :data:`MAX_ANCHOR_LINES` of them."""
     lines = _beyond_request(current.content, facts.user_request)
+    # The instructions of ``facts`` are newer than the lines before them: a line that states one
+    # of them moves after those lines, in the order the user said them, the newest last.
+    again = {i.lower() for i in facts.instructions}
+    said = {key: line for line in lines if (key := _norm(line).removeprefix(_LATER)) in again}
+    if said:
+        lines = [line for line in lines if _norm(line).removeprefix(_LATER) not in said]
     stated = {_norm(line).removeprefix(_LATER) for line in lines}
-    lines += [f"{LATER_INSTRUCTION}{i}" for i in facts.instructions if not _stated(i.lower(), stated, everything)]
+    for i in facts.instructions:
+        if i.lower() in said:
+            lines.append(said[i.lower()])
+        elif not _stated(i.lower(), stated, everything):
+            lines.append(f"{LATER_INSTRUCTION}{i}")
     head = [facts.user_request] if facts.user_request else []
     return Anchor(AnchorType.USER_INTENT, "\n".join(head + lines[-MAX_ANCHOR_LINES:]) or NOT_AVAILABLE)
 

@@ -471,7 +471,8 @@ def extract_facts(messages: Sequence[Message], *, intent_limit: int = 8000, requ
                 _add(decisions, _stated_decisions(text))
         elif m.role == "user":
             note = instruction(text_of(m), request, intent_limit)
-            if note is not None:
+            if note is not None:  # one said again is the newest: it moves last
+                instructions.pop(note, None)
                 instructions[note] = None
         elif m.role == "tool":
             text = text_of(m)

@@ -262,7 +262,8 @@ def test_the_intent_keeps_the_request_whole_then_the_newest_other_lines():
     facts = Facts(user_request=request, instructions=("note 0", f"note {MAX_ANCHOR_LINES + 4}"))
     intent = by_type(ensure_facts(summary, facts))[AnchorType.USER_INTENT]
     assert intent.startswith(request + "\n") and intent.count("Requirement 0.") == 1
-    assert intent.splitlines()[len(request.splitlines()) :] == notes[-MAX_ANCHOR_LINES:]
+    # note 0, said again with the newest, comes after the notes said since
+    assert intent.splitlines()[len(request.splitlines()) :] == [*notes[6:-1], notes[0], notes[-1]]
     assert by_type(ensure_facts(complete([]), Facts(instructions=("x y",))))[AnchorType.USER_INTENT] == (
         "- Later instruction: x y"
     )

@@ -34,7 +34,14 @@ from progressive_compactor.facts import (
 from progressive_compactor.messages import messages_from_dicts, text_of
 from progressive_compactor.models import AnchorType, Facts
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
-from progressive_compactor.testing import RecordingSummarizer, build_history, compaction_message, tool_turn, window_for
+from progressive_compactor.testing import (
+    FixedPolicy,
+    RecordingSummarizer,
+    build_history,
+    compaction_message,
+    tool_turn,
+    window_for,
+)
 
 
 def call(call_id, name, **arguments):
@@ -116,7 +123,7 @@ def test_later_user_requests_are_instructions_on_one_line_each():
     )
     facts = extract_facts(history)
     assert facts.user_request == REQUEST
-    tabs, flag = facts.instructions
+    flag, tabs = facts.instructions  # said again last, it is the newest
     assert tabs == "Also handle tabs."
     assert flag.startswith("Keep the old flag working, and also this") and len(flag) == INSTRUCTION_CHARS
     assert flag.endswith("...") and "\n" not in flag
@@ -470,6 +477,28 @@ def test_one_summary_keeps_the_newest_forty_later_instructions(make_compactor):
     covered = [m["content"] for m in history[: compactor.state().covered] if m["content"].startswith("Instruction")]
     kept = [line for line in record.anchors[0].content.splitlines() if line.startswith("- Later instruction:")]
     assert len(covered) > 40 and kept == [f"- Later instruction: {text}" for text in covered[-40:]]
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["one summary", "a summary each"])
+def test_an_instruction_said_again_is_the_newest(make_compactor, across):
+    """ "Use pytest", "no, use unittest", then "use pytest" again: the intent lists pytest last,
+    where the newest instruction is; listed where it was first said, unittest read as the newest."""
+    history = build_history([3000] * 4)
+    compactor = make_compactor(extra_plugins=[("full", FixedPolicy(CompactionTier.FULL))])
+    said = ["Use pytest for the tests.", "No, use unittest for the tests.", "Use pytest for the tests."]
+    for k, text in enumerate(said):
+        history += [{"role": "user", "content": text}, *tool_turn(f"t{k}", 3000), *tool_turn(f"u{k}", 3000)]
+        if across:
+            compactor.compact(history)
+    history += [message for k in range(4) for message in tool_turn(f"w{k}", 3000)]
+    view, record = compactor.compact_with_record(history)
+    assert record.summarizer_calls == 1 and compactor.state().covered > len(history) - 8
+    intent = compaction_message(view)["content"].split("## User Intent\n")[1].split("\n\n## ")[0]
+    later = [line for line in intent.splitlines() if line.startswith("- Later instruction:")]
+    assert later == [
+        "- Later instruction: No, use unittest for the tests.",
+        "- Later instruction: Use pytest for the tests.",
+    ]
 
 
 @pytest.mark.parametrize("config", ["classic", "default"])
