@@ -135,13 +135,32 @@ def bound_text(text: str, limit: int, *, masked: bool = False) -> str:
     return f"{start}\n[... {omitted} characters omitted ...]\n{end}"
 
 
+_TAGGED_BLOCK = re.compile(
+    r"\s*<(system-reminder|command-name|command-message|command-args|local-command-\w+|task-notification)>.*?</\1>",
+    re.S,
+)
+"""A reminder or a command echo, closed, that a client may put before the user's words."""
+
+
+def _words(text: str) -> str:
+    """``text`` without the reminders and command echoes before the user's words, stripped."""
+    while (match := _TAGGED_BLOCK.match(text)) is not None:
+        text = text[match.end() :]
+    return text.strip()
+
+
+def is_request(text: str) -> bool:
+    """Whether a user message's ``text`` says something of the user's: not empty, nor reminders
+    or slash-command echoes alone (a reminder before the user's words is passed over)."""
+    words = _words(text)
+    return bool(words) and not _NOT_A_REQUEST.match(words)
+
+
 def request_index(messages: Sequence[Message]) -> int | None:
     """Where the first user message that is a request (not a reminder or a slash-command echo) is."""
     for i, m in enumerate(messages):
-        if m.role == "user":
-            text = text_of(m).strip()
-            if text and not _NOT_A_REQUEST.match(text):
-                return i
+        if m.role == "user" and is_request(text_of(m)):
+            return i
     return None
 
 
@@ -169,11 +188,12 @@ def instruction(text: str, request: str | None, limit: int) -> str | None:
     :data:`INSTRUCTION_CHARS`; None when it is no request (a reminder, a command echo, a bracketed
     note) or the session's first ``request`` again (as bounded to ``limit``)."""
     text = text.strip()
-    if not text or _NOT_A_REQUEST.match(text) or text.startswith("<") or _NOTE.match(text):
+    words = _words(text)  # a reminder before the user's words is no part of the instruction
+    if not words or _NOT_A_REQUEST.match(words) or words.startswith("<") or _NOTE.match(words):
         return None
     if request is not None and bound_text(text, limit, masked=True) == request:
         return None
-    return one_line(text, INSTRUCTION_CHARS)
+    return one_line(words, INSTRUCTION_CHARS)
 
 
 def _arguments(call_arguments: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from progressive_compactor.facts import (
     is_failure,
     shell_words,
 )
-from progressive_compactor.messages import messages_from_dicts, text_of
+from progressive_compactor.messages import from_anthropic, messages_from_dicts, text_of
 from progressive_compactor.models import AnchorType, Facts
 from progressive_compactor.plugins.summarize_extractive import ExtractiveSummarizer
 from progressive_compactor.testing import (
@@ -39,6 +39,7 @@ from progressive_compactor.testing import (
     RecordingSummarizer,
     build_history,
     compaction_message,
+    problems,
     tool_turn,
     window_for,
 )
@@ -106,6 +107,33 @@ def test_the_first_real_request_skips_reminders_and_command_echoes(facts):
     )
     assert first_user_request(echoes, 100) == "real one"
     assert first_user_request(echoes[:2], 100) is None
+
+
+@pytest.mark.parametrize("config", ["default", "classic"])
+def test_a_request_after_a_reminder_block_is_the_request(make_compactor, config):
+    """A client that puts a reminder block before the user's words in the first message (an
+    Anthropic request converted): the message is the request, not a reminder alone. Skipped, the
+    request was lost and a later instruction taken for it."""
+    reminder = "<system-reminder>\nToday's date is 2025-06-01.\n</system-reminder>"
+    first = from_anthropic(
+        [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": reminder}, {"type": "text", "text": "Fix tests/test_parser.py."}],
+            }
+        ]
+    )
+    later = {"role": "user", "content": reminder + "\nAlso run ruff."}
+    history = [*first, *build_history([3000] * 4, system=None)[1:], later, *tool_turn("x", 3000)]
+    history += [m for k in range(5) for m in tool_turn(f"y{k}", 3000)]
+    facts = extract_facts(messages_from_dicts(history))
+    assert "Fix tests/test_parser.py." in facts.user_request and facts.instructions == ("Also run ruff.",)
+    assert extract_facts(messages_from_dicts([{"role": "user", "content": reminder}])).user_request is None
+    compactor = make_compactor(config, extra_plugins=[("full", FixedPolicy(CompactionTier.FULL))])
+    view, record = compactor.compact_with_record(history)
+    assert record.summarizer_calls == 1 and compactor.state().covered > len(history) - 8
+    assert "Fix tests/test_parser.py." in str(view) and problems(view) == []
+    assert "- Later instruction: Also run ruff." in compaction_message(view)["content"]
 
 
 def test_later_user_requests_are_instructions_on_one_line_each():
