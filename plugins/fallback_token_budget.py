@@ -5,11 +5,12 @@ groups (a message with the tool results that answer it) from the newest back whi
 budget. The newest exchange is what the model must answer, so it stays whenever it fits the
 window: shortened if need be (its results, then its tool-call arguments, head and tail kept, with
 a marker) to the budget's room or half of what the window has left, whichever is more, and
-further only if the window demands it. When the pinned messages
-alone are over the budget they are shortened too, the compaction message first, the system
-message last. A line that names an offloaded result's handle, and a bracketed first line such as
-``[Context Compaction]``, is never cut. The result never
-separates a tool call from its results.
+further only if the window demands it. When the pinned messages alone are over the budget they
+are shortened too: the user's pinned request and the compaction message share what the system
+message leaves (the shorter stays whole, the longer are cut to the same size), then the compaction
+message first, the system message last. A line that names an offloaded result's handle, and a
+bracketed first line such as ``[Context Compaction]``, is never cut. The result never separates a
+tool call from its results.
 """
 
 from __future__ import annotations
@@ -134,7 +135,19 @@ class TokenBudgetFallback:
 
     @staticmethod
     def _fit_pinned(head: list[Message], counts: list[int], budget: int, estimate: Estimate) -> list[Message]:
-        order = list(range(len(head) - 1, -1, -1))  # compaction message first, system last
+        # The messages after the system message (the user's request pinned, the compaction message
+        # with the later instructions) share what the system message leaves: the shorter stay
+        # whole, the longer are cut to the same size. Cut one first, and a long request left no
+        # room for the instructions that changed it.
+        rest = [i for i, m in enumerate(head) if m.role not in ("system", "developer")]
+        room = budget - sum(c for i, c in enumerate(counts) if i not in rest)
+        if len(rest) > 1 and 0 < room < sum(counts[i] for i in rest):
+            level = _level(sorted(counts[i] for i in rest), room)
+            for i in rest:
+                if counts[i] > level:
+                    head[i] = shorten(head[i], level, estimate)
+                    counts[i] = estimate([head[i]])[0]
+        order = list(range(len(head) - 1, -1, -1))  # then the compaction message first, system last
         for i in order:
             over = sum(counts) - budget
             if over <= 0:
@@ -142,3 +155,14 @@ class TokenBudgetFallback:
             head[i] = shorten(head[i], max(counts[i] - over, 0), estimate)
             counts[i] = estimate([head[i]])[0]
         return head
+
+
+def _level(sizes: Sequence[int], room: int) -> int:
+    """The size to which the longest of ``sizes`` (ascending) are cut for all to fit ``room``."""
+    left = room
+    for k, size in enumerate(sizes):
+        share = left // (len(sizes) - k)
+        if size > share:
+            return share
+        left -= size
+    return left + sizes[-1]

@@ -123,6 +123,30 @@ def test_pinned_messages_over_the_budget_are_shortened_compaction_first():
     assert MARKER.strip() in text_of(out[1])
 
 
+@pytest.mark.parametrize("window", [1500, 2000])
+def test_a_long_pinned_request_leaves_room_for_the_instruction_that_changed_it(make_compactor, window):
+    """Near the window's limit with a long request pinned: the request and the compaction message
+    share the room. The compaction message was cut first, to its header alone: the user's later
+    "do this instead" was lost while the old request stayed whole."""
+    request = "Port the parser to Rust. " + "Requirement: keep every old behaviour. " * 130
+    history = build_history([300] * 4, request=request)
+    history += [{"role": "user", "content": "Forget that: refactor src/lexer.py instead."}]
+    history += build_history([300] * 4, system=None, id_prefix="late_")[1:]
+    compactor = make_compactor("default", context_window=window)
+    view = compactor.compact_force(history)
+    assert problems(view) == [] and view[1]["content"].startswith("Port the parser to Rust.")
+    assert "- Later instruction: Forget that: refactor src/lexer.py instead." in compaction_message(view)["content"]
+    assert estimate(view) <= fallback_bound(view, compactor)
+
+
+def test_pinned_messages_share_the_room_the_system_message_leaves():
+    system = Message(role="system", content="S" * 400)
+    request, summary = Message(role="user", content="R" * 8000), Message(role="user", content="C" * 800)
+    out = fallback([system, request, summary, Message(role="user", content="hi")], 3, 1000)
+    assert total(out) <= 1000 and out[0] == system and out[2] == summary  # the shorter stays whole
+    assert MARKER.strip() in text_of(out[1])
+
+
 def test_groups_keep_results_with_their_call():
     messages = messages_from_dicts(build_history([10] * 2))
     assert [[m.role for m in g] for g in groups(messages)] == [
