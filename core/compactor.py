@@ -437,7 +437,7 @@ class ProgressiveCompactor:
                 history,
                 self.hooks.estimate_tokens,
                 self.config.intent_max_chars,
-                self.secrets.redact,
+                self.secrets,
                 self.config.pin_request,
             )
             self._memory.keep(sid, cache)

@@ -42,7 +42,7 @@ from .messages import (
     with_result_text,
 )
 from .models import AnchorType, Message, SessionState
-from .redaction import redact_data
+from .redaction import SecretRegistry, redact_data
 
 Estimate = Callable[[Sequence[Message]], list[int]]
 SYSTEM_ROLES = ("system", "developer")
@@ -102,13 +102,15 @@ class SessionCache:
         history: Sequence[Any],
         estimate: Estimate,
         intent_max_chars: int,
-        redact: Callable[[str], str] = str,
+        secrets: SecretRegistry | None = None,
         pin_request: bool = True,
     ):
         self.session_id = session_id
         self.estimate = estimate
-        self.redact = redact
-        """Masks registered secrets in the text the cache writes itself (the pinned request)."""
+        self.secrets = secrets if secrets is not None else SecretRegistry(patterns=False)
+        """The secrets to mask in the text the cache writes itself (the pinned request); the
+        request masked when fewer were registered is masked again."""
+        self.redact = self.secrets.redact
         self.pin_request = pin_request
         self.intent_max_chars = intent_max_chars
         self.has_system = bool(history) and role_of(history[0]) in SYSTEM_ROLES
@@ -133,8 +135,8 @@ class SessionCache:
         self.request_index: int | None = None
         """Where the user's request is in ``settled``: once a summary covers it, the view carries
         it as a message of its own after the system message (:meth:`pinned_for`)."""
-        self._pinned: tuple[Message, dict[str, Any], int] | None = None
-        self._masked_request: tuple[str | None, str | None] | None = None
+        self._pinned: tuple[Message, dict[str, Any], int, int] | None = None
+        self._masked_request: tuple[str | None, str | None, int] | None = None
         self._fingerprints: dict[int, str] = {}
         """Fingerprints of settled messages, by position: an offloaded result's is looked at
         again at every new view."""
@@ -364,15 +366,17 @@ class SessionCache:
 
     def pinned_for(self, state: SessionState) -> Message | None:
         """The user's request as a message of its own, once ``state``'s summary covers it (the
-        same object every time: a provider's prompt cache keeps it across compactions)."""
+        same object every time, a provider's prompt cache keeps it across compactions; made again
+        only to mask a secret registered since)."""
         covers = self.request_index is not None and state.covered > self.request_index
         if not (self.pin_request and covers and self.first_request):
             return None
-        if self._pinned is None:  # the request's own name and keys kept (a speaker's name, cache_control)
+        if self._pinned is None or self._pinned[3] != len(self.secrets):  # masked with the secrets known
+            # the request's own name and keys kept (a speaker's name, cache_control)
             original = self.settled[self.request_index]  # type: ignore[index]  # ``covers`` says it is set
             content = self._request_content(original, self.first_request)
             message = Message(role="user", content=content, name=original.name, extra=original.extra)
-            self._pinned = (message, message_to_dict(message), self.estimate([message])[0])
+            self._pinned = (message, message_to_dict(message), self.estimate([message])[0], len(self.secrets))
         return self._pinned[0]
 
     def _request_content(self, original: Message, request: str) -> Any:
@@ -389,10 +393,12 @@ class SessionCache:
         )
 
     def masked_request(self) -> str | None:
-        """The user's request with secrets masked, masked once (every summary's facts carry it)."""
+        """The user's request with secrets masked, masked once (every summary's facts carry it), and
+        again once a secret is registered since."""
         done = self._masked_request
-        if done is None or done[0] is not self.first_request:
-            done = self._masked_request = (self.first_request, self.redact(self.first_request or "") or None)
+        count = len(self.secrets)
+        if done is None or done[0] is not self.first_request or done[2] != count:
+            done = self._masked_request = (self.first_request, self.redact(self.first_request or "") or None, count)
         return done[1]
 
     def request_for(self, state: SessionState) -> str | None:

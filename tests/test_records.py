@@ -22,7 +22,14 @@ from progressive_compactor.plugin_manager import PluginContext
 from progressive_compactor.plugins.store_jsonl import JsonlStore
 from progressive_compactor.record_stamp import new_record_id, record_timestamp
 from progressive_compactor.storage import append_line
-from progressive_compactor.testing import ListStore, build_history, compaction_message, window_for
+from progressive_compactor.testing import (
+    FixedPolicy,
+    ListStore,
+    build_history,
+    compaction_message,
+    tool_turn,
+    window_for,
+)
 from store_contract import assert_changed_nothing_is_kept_only_when_asked
 
 BASE_FIELDS = (
@@ -421,6 +428,24 @@ def test_secrets_never_reach_the_records(make_compactor, tmp_path):
     view = pinned.compact(later, "later")
     assert "- Later instruction: Rotate [REDACTED] when done." in compaction_message(view)["content"]
     assert "sk-THE-SECRET-VALUE" not in str(view[:3])
+
+
+@pytest.mark.parametrize("config", ["default", "classic"])
+def test_a_secret_registered_after_the_request_was_read_never_reaches_the_records(make_compactor, tmp_path, config):
+    """A key registered mid-session (a summarizer reading its key when first called) that the
+    user's request holds: the request, masked once when it was first read, went into the next
+    summary's intent and the record file unmasked."""
+    history = build_history([3000] * 10, request="Call the API with sk-LATE-SECRET-VALUE and fix the bug.")
+    compactor = make_compactor(config, extra_plugins=[("full", FixedPolicy(CompactionTier.FULL))])
+    compactor.compact(history)
+    records = tmp_path / "records" / "test-session.jsonl"
+    records.unlink()  # written before the key was known
+    compactor.secrets.add("sk-LATE-SECRET-VALUE")
+    history += [m for k in range(4) for m in tool_turn(f"late_{k}", 3000)]
+    view, record = compactor.compact_with_record(history)
+    assert record.summarizer_calls == 1 and "[REDACTED]" in str(record.anchors[0])
+    assert "sk-LATE-SECRET-VALUE" not in records.read_text()
+    assert "sk-LATE-SECRET-VALUE" not in str(view[:3])
 
 
 @pytest.mark.parametrize(
