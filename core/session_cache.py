@@ -298,8 +298,7 @@ class SessionCache:
             matches = given == self.prefix_fingerprint(state.covered)
         else:
             matches = given == self.fingerprint(state.covered - 1)
-        if matches and not self._keeps_request(state):
-            matches = False
+        matches = matches and self._keeps_request(state)
         if matches:
             self.verified = key
         return matches
@@ -311,7 +310,7 @@ class SessionCache:
         if self.request_index is None or state.covered <= self.request_index or not self.first_request:
             return True
         intent = next((a for a in self.masked(state).anchors if a.type is AnchorType.USER_INTENT), None)
-        return intent is None or self.redact(self.first_request) in intent.content
+        return intent is None or (self.masked_request() or "") in intent.content
 
     def masked(self, state: SessionState) -> SessionState:
         """``state`` with its summary and anchors masked: a state another process saved (an older

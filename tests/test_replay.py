@@ -215,6 +215,7 @@ def corpus_totals(corpus_dir, make_compactor, config, window):
 @pytest.mark.parametrize(
     ("window", "baseline", "most"),
     [
+        (16_000, "baseline-one-threshold", 0.80),
         (32_000, "baseline-one-threshold", 0.80),
         (64_000, "baseline-one-threshold", 0.72),
         (128_000, "baseline-none", 0.53),
@@ -223,9 +224,9 @@ def corpus_totals(corpus_dir, make_compactor, config, window):
 )
 def test_the_default_costs_what_its_goals_allow_and_keeps_as_much(corpus_dir, make_compactor, window, baseline, most):
     """The cost goals the default meets, kept from regressing: at most 0.80 × the one-threshold
-    policy at 32k (0.799: by 0.1 %) and 0.72 × at 64k, 0.53 × no compaction at 128k and 200k, with
-    every probe category kept at least as well as the baseline. (At 16k the goal, 0.80 ×, is not
-    met: 0.844.)"""
+    policy at 16k (0.799: by 0.06 %, the thinnest margin) and 32k (0.772), 0.72 × at 64k (0.633),
+    0.53 × no compaction at 128k and 200k (0.443), with every probe category kept at least as well
+    as the baseline."""
     ours = corpus_totals(corpus_dir, make_compactor, "default", window)
     theirs = corpus_totals(corpus_dir, make_compactor, baseline, window)
     assert ours.cost <= most * theirs.cost, (ours.cost / theirs.cost, window)
