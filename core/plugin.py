@@ -81,6 +81,7 @@ from .notice import changed_view
 from .plugin_manager import PluginContext
 from .pricing import PriceTable
 from .redaction import SecretRegistry, connection_passwords, mask_passwords
+from .session_memory import RecentlyUsed
 from .storage import (
     append_line,
     create_private,
@@ -166,6 +167,7 @@ __all__ = [
     "PostgresDatabase",
     "PostgresSettings",
     "PriceTable",
+    "RecentlyUsed",
     "RedisDatabase",
     "RedisSettings",
     "SecretRegistry",

@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import stat
-import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -31,6 +30,7 @@ import attrs
 
 from progressive_compactor.plugin import (
     PluginContext,
+    RecentlyUsed,
     SessionInfo,
     SessionState,
     StorageError,
@@ -77,10 +77,9 @@ class FileState:
         self.directory = Path(self.context.path(self.config.directory))
         self.top = root_for(self.directory, self.context.data_dir)
         """Where no link is followed from: the data folder, or the folder above ``directory``."""
-        self._read: dict[str, tuple[tuple[int, int, int], bytes, SessionState]] = {}
+        self._read: RecentlyUsed[tuple[tuple[int, int, int], bytes, SessionState]] = RecentlyUsed(CACHED_STATES)
         """session -> (the file's inode, size and mtime when read, a hash of its bytes, the state
         it held), for the :data:`CACHED_STATES` sessions read or saved last."""
-        self._guard = threading.Lock()
 
     def path_for(self, session_id: str) -> Path:
         return self.directory / f"{safe_name(session_id)}.json"
@@ -99,7 +98,7 @@ class FileState:
         path = self.path_for(session_id)
         key = self._stat_key(path)
         if key is None:
-            self._forget(session_id)
+            self._read.pop(session_id)
             return None
         cached = self._read.get(session_id)
         if cached is not None and cached[0] == key and not exact:
@@ -109,12 +108,12 @@ class FileState:
             return None
         digest = _digest(data)
         if cached is not None and cached[1] == digest:
-            self._remember(session_id, (key, digest, cached[2]))
+            self._read.put(session_id, (key, digest, cached[2]))
             return cached[2]
         try:
             state = state_from_json(data.decode("utf-8", "surrogatepass"))
         except Exception as exc:  # noqa: BLE001 - any unreadable file: set aside, start over
-            self._forget(session_id)
+            self._read.pop(session_id)
             if self._stat_key(path) != key:  # another worker saved since: read what it saved
                 return self._load(session_id, exact)
             aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
@@ -124,19 +123,8 @@ class FileState:
             with contextlib.suppress(OSError, StorageError):
                 rename(path, aside.name, self.top)
             return None
-        self._remember(session_id, (key, digest, state))
+        self._read.put(session_id, (key, digest, state))
         return state
-
-    def _forget(self, session_id: str) -> None:
-        with self._guard:
-            self._read.pop(session_id, None)
-
-    def _remember(self, session_id: str, entry: tuple[tuple[int, int, int], bytes, SessionState]) -> None:
-        with self._guard:
-            self._read.pop(session_id, None)
-            while self._read and len(self._read) >= CACHED_STATES:
-                self._read.pop(next(iter(self._read)), None)
-            self._read[session_id] = entry
 
     @contextlib.contextmanager
     def _locked(self, name: str) -> Iterator[None]:
@@ -185,7 +173,7 @@ class FileState:
             write_private(path, encoded, self.top)
             key = self._stat_key(path)
             if key is not None:
-                self._remember(session_id, (key, _digest(encoded), state))
+                self._read.put(session_id, (key, _digest(encoded), state))
         return True
 
     def _session_of(self, stem: str) -> str:
@@ -210,7 +198,7 @@ class FileState:
 
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
-        self._forget(session_id)
+        self._read.pop(session_id)
         names = [safe_name(session_id)]
         if lost_its_id(session_id, self._session_of):
             names.append(session_id)

@@ -62,11 +62,9 @@ def storable_id(session_id: str) -> str:
 def storable_text(text: str) -> str:
     """A text that only describes (a tool-call id beside its handle) as a text column takes it:
     a NUL or a lone surrogate, which no UTF-8 column holds, becomes U+FFFD."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return text.replace("\x00", "\ufffd")
+    if is_storable(text):
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace").replace("\x00", "\ufffd")
 
 
 def is_storable(text: str) -> bool:
