@@ -344,15 +344,7 @@ class HistoryCompactor(Adapter):
             self._sessions.pop(session_id or self.compactor.session_id, None)
 
     def session_of(self, ctx: Any, messages: Sequence[ModelMessage]) -> str:
-        chosen = self.chosen_session(ctx)
-        if chosen:
-            return chosen
-        conversation = getattr(ctx, "conversation_id", None)
-        if not conversation:
-            conversation = next(
-                (m.conversation_id for m in reversed(messages) if getattr(m, "conversation_id", None)), None
-            )
-        return str(conversation) if conversation else self.compactor.session_id
+        return self.chosen_session(ctx) or _conversation(ctx, messages, self.compactor.session_id)
 
     def _prepare(
         self, ctx: Any, messages: list[ModelMessage]
@@ -407,6 +399,17 @@ class HistoryCompactor(Adapter):
         return self._finish(session, full, history, await self.compaction.acompact(history, sid))
 
 
+def _conversation(ctx: Any, messages: Sequence[Any], default: str) -> str:
+    """The session a run is, when none was chosen: its ``conversation_id`` (the run's, else its
+    newest message's), else ``default``."""
+    conversation = getattr(ctx, "conversation_id", None)
+    if not conversation:
+        conversation = next(
+            (m.conversation_id for m in reversed(messages) if getattr(m, "conversation_id", None)), None
+        )
+    return str(conversation) if conversation else default
+
+
 def history_processor(compactor: ProgressiveCompactor, **options: Any) -> Processor:
     """A synchronous history processor (for ``Agent(history_processors=[...])`` on 1.x, or
     ``ProcessHistory(...)`` on 2.x). ``options``: ``session_id``, ``compaction_role``,
@@ -454,16 +457,16 @@ def read_tool_result_tool(
     """The ``read_tool_result`` tool as a Pydantic AI ``Tool``, answered by ``compactor``: the
     results of ``session_id`` only (a string, or a function of the ``RunContext``: pass what the
     history processor was given). None reads the session the processor names by default: the
-    run's ``conversation_id``, else the compactor's default session (never another
-    conversation's results, whatever handle the model writes)."""
+    run's ``conversation_id`` (or its messages'), else the compactor's default session (never
+    another conversation's results, whatever handle the model writes)."""
 
     def read_result(
         ctx: RunContext[Any], handle: str, start_line: int | None = None, end_line: int | None = None
     ) -> str:
         if callable(session_id):
             sid = str(session_id(ctx))
-        else:
-            sid = session_id or str(getattr(ctx, "conversation_id", None) or compactor.session_id)
+        else:  # as the processor names the run's session
+            sid = session_id or _conversation(ctx, getattr(ctx, "messages", None) or (), compactor.session_id)
         return read_tool_result(compactor, handle, start_line, end_line, sid)
 
     return Tool(read_result, name=READ_TOOL_NAME, description=READ_TOOL_DESCRIPTION, takes_ctx=True)
