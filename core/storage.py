@@ -340,6 +340,31 @@ def create_private(path: Path, data: bytes, root: Path) -> bool:
             _remove_quietly(folder, tmp)
 
 
+def keep_private(path: Path, data: bytes, root: Path) -> bool | None:
+    """Make ``path`` (under ``root``) hold ``data``, owner-only, unless something is there:
+    True if this call created it, False if it held ``data`` already, None if it holds other
+    bytes (left as they are). Looked for first, so data kept already is never written again;
+    created as :func:`create_private` does, whole or absent; one walk from ``root`` for both."""
+    with _folder_of(path, root, create=True) as folder:
+        for _ in range(2):  # missing when looked for, then made by another process: look again
+            try:
+                fd = _open_file(folder, path, os.O_RDONLY, root)
+            except FileNotFoundError:
+                pass
+            else:
+                with os.fdopen(fd, "rb") as f:
+                    return False if f.read() == data else None
+            tmp = _temp_holding(folder, data)
+            try:  # fails if anything, a link included, is already at ``path``
+                os.link(folder.at(tmp), folder.at(path.name), src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+                return True
+            except FileExistsError:
+                continue
+            finally:
+                _remove_quietly(folder, tmp)
+    return None
+
+
 def _temp_holding(folder: _Folder, data: bytes) -> str:
     """A new owner-only file with a random name in ``folder``, holding ``data`` whole (written
     with ``os.write``: a file object per write cost a tenth of an offload), and its name; none at
@@ -580,6 +605,7 @@ __all__ = [
     "create_private",
     "default_data_dir",
     "expand_path",
+    "keep_private",
     "list_folder",
     "listed_id",
     "lost_its_id",

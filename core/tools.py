@@ -100,16 +100,16 @@ def head_lines(text: str, count: int) -> list[str]:
     return lines
 
 
-_RARE_BREAK = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_RARE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def line_count(text: str) -> int:
     """How many lines ``text.splitlines()`` gives, the lines ``read_tool_result``'s
     ``start_line`` and ``end_line`` count (``\r`` ends a line too: a progress bar's output),
-    without splitting a text that may be tens of megabytes."""
+    without splitting a text that may be tens of megabytes (a count per break character: a
+    regular expression's scan for the rare ones cost fifty times more)."""
     breaks = text.count("\n") + text.count("\r") - text.count("\r\n")
-    if _RARE_BREAK.search(text) is not None:
-        breaks += len(_RARE_BREAK.findall(text))
+    breaks += sum(text.count(c) for c in _RARE_BREAKS)
     return breaks + (not _LINE_BREAK.match(text[-1:])) if text else 0
 
 

@@ -33,8 +33,8 @@ from progressive_compactor.plugin import (
     PluginContext,
     SessionInfo,
     StorageError,
-    create_private,
     hookimpl,
+    keep_private,
     list_folder,
     listed_id,
     lost_its_id,
@@ -84,15 +84,11 @@ class FileOffloader:
         base = safe_name(tool_call_id)
         for name in (base, f"{base}.{sha[:12]}"):
             path = folder / f"{name}.txt"
-            for _ in range(2):  # free, or taken by this very text (another process, an earlier turn)
-                existing = read_private(path, self.top)
-                if existing == data:
-                    return path, f"{folder.name}/{name}"
-                if existing is not None:
-                    break
-                if create_private(path, data, self.top):
-                    self._mark(folder, session_id)
-                    return path, f"{folder.name}/{name}"
+            kept = keep_private(path, data, self.top)  # free, or holding this very text already
+            if kept:
+                self._mark(folder, session_id)
+            if kept is not None:
+                return path, f"{folder.name}/{name}"
         raise OffloadError(f"cannot keep the result of {tool_call_id!r}: {folder} holds other texts under its names")
 
     def _mark(self, folder: Path, session_id: str) -> None:

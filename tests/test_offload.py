@@ -26,7 +26,7 @@ from progressive_compactor.testing import (
     tool_turn,
     window_for,
 )
-from progressive_compactor.tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
+from progressive_compactor.tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call, line_count
 
 TAIL = 6
 
@@ -36,15 +36,18 @@ def write_count(monkeypatch):
     """How many times the offloader wrote a file, per file name (``.session_id`` included)."""
     counts: dict[str, int] = {}
 
-    def counting(real):
+    def counting(real, wrote=lambda result: True):
         def write(path, data, root):
-            counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
-            return real(path, data, root)
+            result = real(path, data, root)
+            if wrote(result):
+                counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
+            return result
 
         return write
 
     monkeypatch.setattr(offload_files, "write_private", counting(offload_files.write_private))
-    monkeypatch.setattr(offload_files, "create_private", counting(offload_files.create_private))
+    # keep_private writes only when it creates the file (True); else it found the file there
+    monkeypatch.setattr(offload_files, "keep_private", counting(offload_files.keep_private, lambda kept: kept is True))
     return counts
 
 
@@ -82,6 +85,15 @@ def test_one_file_per_result_with_a_preview_placeholder(tmp_path):
     assert lines[10] not in entry.placeholder
     assert entry.handle in entry.placeholder and "read_tool_result" in entry.placeholder
     assert offloader.read_offloaded(entry.handle) == message.content
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "a", "a\n", "\n\n", "a\r\nb", "\r\r\n\r", "a\x0bb\x0cc\x1cd\x1de\x1ef", "é\x85x\u2028y\u2029", "a\n\x1e"],
+)
+def test_a_placeholder_counts_the_lines_read_tool_result_counts(text):
+    """Every line break ``str.splitlines`` knows, the rare ones included, counts a line."""
+    assert line_count(text) == len(text.splitlines())
 
 
 def test_preview_lines_come_from_config(make_compactor):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from progressive_compactor import storage
 from progressive_compactor.converters import read_records_file
 from progressive_compactor.errors import StorageError
 from progressive_compactor.models import Anchor, AnchorType
@@ -27,6 +28,7 @@ from progressive_compactor.storage import (
     append_line,
     create_private,
     expand_path,
+    keep_private,
     private_dir,
     read_private,
     remove,
@@ -65,8 +67,6 @@ def test_a_folder_setting_expands_the_data_dir_and_the_home(tmp_path, monkeypatc
 
 def test_a_write_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path, monkeypatch):
     import errno
-
-    from progressive_compactor import storage
 
     root = tmp_path / "root"
     path = root / "file.txt"
@@ -141,6 +141,37 @@ def test_a_link_at_the_file_itself_is_never_followed(tmp_path):
     assert [p.name for p in root.iterdir() if p.name.startswith(".tmp-")] == []
 
 
+def test_keep_private_writes_a_missing_file_only(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    path = root / "s" / "f.txt"
+    assert keep_private(path, b"text", root) is True
+    assert path.read_bytes() == b"text" and stat.S_IMODE(path.stat().st_mode) == 0o600
+    written = path.stat().st_ino, path.stat().st_mtime_ns
+    monkeypatch.setattr(storage, "_temp_holding", lambda *a: pytest.fail("wrote a file it found"))
+    assert keep_private(path, b"text", root) is False  # holds it already: nothing written
+    assert keep_private(path, b"other", root) is None  # holds another text, left as it is
+    assert path.read_bytes() == b"text" and (path.stat().st_ino, path.stat().st_mtime_ns) == written
+    (root / "s" / "link.txt").symlink_to(path)
+    with pytest.raises(StorageError, match="symbolic link"):
+        keep_private(root / "s" / "link.txt", b"text", root)
+    assert sorted(p.name for p in (root / "s").iterdir()) == ["f.txt", "link.txt"]
+
+
+def test_keep_private_looks_again_when_another_process_made_the_file_meanwhile(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    path = root / "f.txt"
+    private_dir(root, root)
+    real = storage._temp_holding
+
+    def racing(folder, data):  # the other process links its file between the look and the link
+        path.write_bytes(b"theirs")
+        return real(folder, data)
+
+    monkeypatch.setattr(storage, "_temp_holding", racing)
+    assert keep_private(path, b"mine", root) is None
+    assert path.read_bytes() == b"theirs" and [p.name for p in root.iterdir()] == ["f.txt"]
+
+
 def test_reading_through_a_link_is_refused(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
@@ -196,8 +227,9 @@ def swap_before_open(monkeypatch, root: Path, outside: Path, names: tuple[str, .
         lambda path, root: write_private(path, b"inside", root),
         lambda path, root: create_private(path, b"inside", root),
         lambda path, root: append_line(path, "inside", root),
+        lambda path, root: keep_private(path, b"inside", root),
     ],
-    ids=["write_private", "create_private", "append_line"],
+    ids=["write_private", "create_private", "append_line", "keep_private"],
 )
 def test_a_folder_swapped_for_a_link_after_the_check_gets_no_write(tmp_path, monkeypatch, write):
     root, outside = tmp_path / "root", tmp_path / "outside"
