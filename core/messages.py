@@ -215,8 +215,10 @@ def _chars(value: Any) -> int:
 
 
 def char_count(message: Message) -> int:
-    """Characters the default estimate counts: content plus tool-call names and arguments, and the
-    blocks :data:`ANTHROPIC_KEY` carries; a part or block that is not text as :func:`part_sizes` reads it."""
+    """Characters the default estimate counts: content, tool-call names and arguments, the
+    message's name, and whatever else the message sends back to the provider in keys of its own
+    (``reasoning_content``, ``refusal``, the blocks :data:`ANTHROPIC_KEY` carries); a part or
+    block that is not text as :func:`part_sizes` reads it."""
     content = message.content
     if isinstance(content, str):
         n = len(content)
@@ -229,9 +231,19 @@ def char_count(message: Message) -> int:
         n = 0
     for call in message.tool_calls:
         n += len(call.name) + len(call.arguments)
-    if message.extra and ANTHROPIC_KEY in message.extra:
-        n += _chars(message.extra[ANTHROPIC_KEY])
+    if message.name:
+        n += len(message.name)
+    if message.extra:
+        n += _chars(sent_extras(message))
     return n
+
+
+def sent_extras(message: Message) -> list[Any]:
+    """The values of the message's keys of its own that go back to the provider with it, so the
+    provider counts them (``reasoning_content``, ``refusal``, the blocks :data:`ANTHROPIC_KEY`
+    carries): every key but an integration's private ones (``__name__``), which hold the
+    framework's own copy of the message and are never sent."""
+    return [value for key, value in message.extra.items() if not key.startswith("__")]
 
 
 def fingerprint(message: Message) -> str:

@@ -12,7 +12,8 @@ separator and end markers) + the role + the content (text parts; an image part a
 ``image_tokens``; any other part, and the blocks carried under ``ANTHROPIC_KEY`` such as a
 thinking block, by its texts and its opaque data at four characters a token, as
 ``part_sizes`` reads it) + ``tokens_per_name`` and the name when a message has one + for each
-tool call its name, its arguments and ``tokens_per_tool_call``. The text is exact; the overheads are
+tool call its name, its arguments and ``tokens_per_tool_call`` + what the message's other keys
+send back (``reasoning_content``, a ``refusal``), as a part. The text is exact; the overheads are
 OpenAI's published chat-format counts, and the tool-call overhead is an approximation (the
 format of tool calls is not published). The 3 tokens that prime every reply belong to the
 request, not to a message, and are left out. The count of a text is cached (a least-recently
@@ -32,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from progressive_compactor.plugin import ANTHROPIC_KEY, Message, PluginError, hookimpl, part_sizes, setting_check
+from progressive_compactor.plugin import Message, PluginError, hookimpl, part_sizes, sent_extras, setting_check
 
 _O200K_PATTERN = "|".join(
     [
@@ -187,8 +188,8 @@ class TiktokenTokens:
             n += c.tokens_per_name + count(message.name)
         for call in message.tool_calls:
             n += c.tokens_per_tool_call + count(call.name) + count(call.arguments)
-        if message.extra and ANTHROPIC_KEY in message.extra:
-            n += self._count_sizes(message.extra[ANTHROPIC_KEY])
+        if message.extra:
+            n += self._count_sizes(sent_extras(message))
         return n
 
     def _count_sizes(self, value: Any) -> int:

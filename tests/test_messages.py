@@ -655,3 +655,17 @@ def test_the_other_fields_of_text_image_and_tool_use_blocks_come_back():
     ]
     assert view_problems(messages_from_dicts(out)) == []
     assert to_anthropic(out) == (None, messages)
+
+
+def test_what_a_message_sends_in_keys_of_its_own_is_counted():
+    """A reasoning model's history gives its reasoning back in a key of its own; the provider
+    counts it, so the estimate does, and the message's name."""
+    reasoning = "First, check the imports. " * 800
+    thinker = message_from_dict({"role": "assistant", "content": "Done.", "reasoning_content": reasoning})
+    refused = message_from_dict({"role": "assistant", "content": None, "refusal": "I can't do that."})
+    named = message_from_dict({"role": "user", "name": "alice", "content": "hi"})
+    framework = {"role": "assistant", "content": "Done.", "__framework_message__": [{"text": reasoning}]}
+    assert char_count(message_from_dict(framework)) == len("Done.")  # an integration's copy, never sent
+    assert char_count(thinker) == len("Done.") + len(reasoning)
+    assert char_count(refused) == len("I can't do that.")
+    assert char_count(named) == len("hi") + len("alice")

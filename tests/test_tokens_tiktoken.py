@@ -266,3 +266,13 @@ def test_blocks_and_parts_that_are_not_text_count_by_what_they_send():
     refusal = "I can't help with that. " * 200
     parts = message_from_dict({"role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]})
     assert plugin.estimate_tokens([parts])[0] == 3 + n("assistant") + n(refusal)
+
+
+def test_what_a_message_sends_in_keys_of_its_own_is_counted():
+    plugin = TiktokenTokens()
+    enc = encoding("o200k_base")
+    reasoning = "First, check the imports. " * 800
+    plain = message_from_dict({"role": "assistant", "content": "Done."})
+    thinker = message_from_dict({"role": "assistant", "content": "Done.", "reasoning_content": reasoning})
+    counts = plugin.estimate_tokens([plain, thinker])
+    assert counts[1] == counts[0] + len(enc.encode_ordinary(reasoning)) > 4000
