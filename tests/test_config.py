@@ -106,6 +106,14 @@ def test_the_default_config_matches_the_code_defaults():
         ),
         ({"config": {"offload-files": 3}}, "@ $.config"),
         (
+            {
+                "plugins": {"state": "state-redis"},
+                "config": {"state-redis": {"url": "redis://127.0.0.1", "ttl": 0.0004}},
+            },
+            "ttl must be 0 (kept until deleted) or at least 0.001 seconds (Redis counts milliseconds), got 0.0004 "
+            "@ $.config.state-redis.ttl",
+        ),
+        (
             {"config": {"summarize-extractive": {"max_prose_chars": 0}}},
             "max_prose_chars must be 200 or more, got 0 @ $.config.summarize-extractive.max_prose_chars",
         ),
@@ -161,6 +169,7 @@ def test_the_default_config_matches_the_code_defaults():
         "string-for-break-factor",
         "zero-break-factor",
         "scalar-block",
+        "redis-ttl-under-a-millisecond",
         "no-room-for-prose",
         "empty-span-name",
         "validator-message",

@@ -192,7 +192,11 @@ class RedisSettings:
     prefix: str = "compactor:"
     """Put before every key, so that several applications (or test runs) share one server."""
     ttl: float = attrs.field(
-        default=0.0, validator=setting_check(lambda v: v >= 0, "ttl must be 0 or more seconds, got {value}")
+        default=0.0,
+        validator=setting_check(
+            lambda v: v == 0 or v >= 0.001,
+            "ttl must be 0 (kept until deleted) or at least 0.001 seconds (Redis counts milliseconds), got {value}",
+        ),
     )
     """Seconds a session's keys live after its last write (state: after its last turn; offloaded
     results: at least that, at most twice, after the last turn that loaded its state); 0: until deleted."""
