@@ -286,8 +286,9 @@ def on_delete_session(session_id: str) -> None:
 @hookspec
 def remove_leftovers(older_than: float, dry_run: bool) -> Sequence[str] | None:
     """Delete what writers killed mid-write left behind (temporary files never renamed into
-    place) that nobody wrote to for ``older_than`` seconds; return where each was, or ``None``
-    if this plugin leaves none.
+    place), and the files of a deleted session that no ``list_sessions`` shows (a lock file made
+    again, a copy set aside), that nobody wrote to for ``older_than`` seconds; return where each
+    was, or ``None`` if this plugin leaves none.
 
     Called by ``compactor gc``. Broadcast; the answers of every plugin are merged.
 

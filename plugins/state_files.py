@@ -10,7 +10,7 @@ session starts over from its history. A file that has not changed since it was l
 parsed again. When the folder is in the data folder, neither it nor any folder between them is
 followed if it is a symbolic link; ``list_sessions`` reports only the files this plugin could
 have made, and ``remove_leftovers`` deletes the temporary files of saves that a killed process
-never renamed.
+never renamed, and a deleted session's lock file or unreadable copies that no listing shows.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from progressive_compactor.plugin import (
 )
 
 log = logging.getLogger("progressive_compactor")
+_ORPHAN = re.compile(r"(.+)(?:\.lock|\.json\.corrupt-[0-9]+)")
+"""A session's lock file, or one of its unreadable states set aside: ``(stem)``."""
 CACHED_STATES = 10_000
 """Parsed states kept, one per session (the most recently read or saved), to skip parsing a file
 this worker has read or written already."""
@@ -213,6 +215,27 @@ class FileState:
 
     @hookimpl
     def remove_leftovers(self, older_than: float, dry_run: bool) -> list[str]:
-        """The temporary files of saves never renamed into place."""
-        found = remove_leftovers(self.directory, self.top, time.time() - older_than, dry_run=dry_run)
-        return [str(path) for path in found]
+        """The temporary files of saves never renamed into place; and the files of a session
+        whose state is gone, which no listing shows: its lock file (a worker that waited on it
+        while the session was deleted makes it again) and its unreadable states set aside (the
+        session never saved again), each untouched for ``older_than`` seconds."""
+        before = time.time() - older_than
+        found = [str(path) for path in remove_leftovers(self.directory, self.top, before, dry_run=dry_run)]
+        listing = list_folder(self.directory, self.top)
+        for name, st in sorted(listing.items()):
+            match = _ORPHAN.fullmatch(name)
+            stem = match.group(1) if match else None
+            if stem is None or f"{stem}.json" in listing or not made_by_safe_name(stem):
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_mtime >= before:
+                continue
+            if not dry_run:
+                if name.endswith(".lock"):  # removed while held, as deleting a session does
+                    with self._locked(stem):
+                        if os.path.lexists(self.directory / f"{stem}.json"):  # saved meanwhile
+                            continue
+                        remove(self.directory / name, self.top)
+                else:
+                    remove(self.directory / name, self.top)
+            found.append(str(self.directory / name))
+        return found

@@ -1032,7 +1032,7 @@ def test_gc_removes_what_writers_killed_before_their_rename_left(tmp_path: Path,
     assert all(p.exists() for p in old)
     result = run("gc", "sess-that-is-not-there", "-c", cfg)
     assert result.exit_code == 0, result.output
-    assert f"removed leftover of an interrupted write: {old[1]}" in result.stdout
+    assert f"removed leftover of an interrupted write or a deleted session: {old[1]}" in result.stdout
     assert not any(p.exists() for p in old)
     assert all(p.exists() for p in fresh + others) and (outside / ".tmp-2222222222222222").exists()
     assert (state / ".tmp-3333333333333333").is_symlink() and any(results.glob("*.txt"))

@@ -887,3 +887,48 @@ def test_a_worker_that_loses_the_compare_and_set_starts_over_from_the_stored_sta
     view_a, _ = worker_a.compact_with_record(history)
     assert record_b.tier is CompactionTier.NONE and record_b.errors == ()
     assert view_b == view_a and "B-SUMMARY" not in compaction_message(view_b)["content"]
+
+
+def test_gc_removes_the_files_a_deleted_session_left_that_no_listing_shows(tmp_path):
+    """A lock file made again by a worker that waited on it while the session was deleted, and
+    a state set aside as unreadable by a session that never saved again: neither is listed, so
+    only the leftovers sweep finds them, once they are old enough; a live session's stay."""
+    import os
+    import time
+
+    from progressive_compactor import CompactorConfig
+    from progressive_compactor.plugin import PluginContext
+    from progressive_compactor.plugins.state_files import FileState
+
+    store = FileState(context=PluginContext(CompactorConfig(data_dir=str(tmp_path))))
+    for sid in ("live", "gone", "fresh"):
+        assert store.save_state(sid, SessionState(summary=sid, version=1))
+    folder = store.path_for("live").parent
+    store.path_for("live").with_name("live.json.corrupt-1").write_text("{")  # beside a state: the session's
+    store.on_delete_session("gone")
+    store.path_for("gone").with_name("gone.lock").touch()  # made again by a waiting worker
+    store.path_for("gone").with_name("gone.json.corrupt-7").write_text("{")
+    store.on_delete_session("fresh")
+    store.path_for("fresh").with_name("fresh.lock").touch()  # not old enough yet
+    (folder / "notes.lock").mkdir()  # not a file this plugin makes
+    old = time.time() - 7200
+    for path in folder.iterdir():
+        if not path.name.startswith("fresh"):
+            os.utime(path, (old, old))
+    assert store.remove_leftovers(3600, dry_run=True) == [
+        str(folder / "gone.json.corrupt-7"),
+        str(folder / "gone.lock"),
+    ]
+    assert (folder / "gone.lock").exists()
+    assert store.remove_leftovers(3600, dry_run=False) == [
+        str(folder / "gone.json.corrupt-7"),
+        str(folder / "gone.lock"),
+    ]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "fresh.lock",
+        "live.json",
+        "live.json.corrupt-1",
+        "live.lock",
+        "notes.lock",
+    ]
+    assert store.load_state("live") == SessionState(summary="live", version=1)

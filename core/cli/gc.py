@@ -151,7 +151,7 @@ def gc(
             for place in item["where"]:
                 click.echo(f"  {place['plugin']}: {place['where']}")
         for where in leftovers:
-            click.echo(f"{verb} leftover of an interrupted write: {where}")
+            click.echo(f"{verb} leftover of an interrupted write or a deleted session: {where}")
         for sid in missing:
             click.echo(f"session {printable(sid)}: nothing stored (no plugin of config {config!r} keeps it)", err=True)
         if not targets and not leftovers:
