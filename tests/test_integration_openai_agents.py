@@ -551,3 +551,27 @@ def test_the_compaction_role_is_checked_and_applied_and_a_function_may_name_sess
     named = call_model_input_filter(compactor, session_id=lambda data: f"ticket-{data}")
     assert named.session_of(7) == "ticket-7"
     assert call_model_input_filter(compactor).session_of(7) == compactor.session_id
+
+
+def test_the_pinned_request_keeps_its_image(make_compactor):
+    """The default config pins the user's request once a summary covers it: the request the model
+    gets is still the user's own item, its image included, not its text alone."""
+    from progressive_compactor.testing import build_history
+
+    records: list[Any] = []
+    compactor = make_compactor("default", context_window=16_000)
+    model = AnsweringModel()
+    compaction = call_model_input_filter(compactor, on_record=records.append, session_id="u")
+    agent = Agent(name="a", instructions="You are a careful coding agent.", model=model)
+    user = {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "Fix the parser bug in this screenshot."},
+            {"type": "input_image", "image_url": "https://example.com/bug.png", "detail": "auto"},
+        ],
+    }
+    items = [x for m in build_history([3000] * 14, system=None)[1:] for x in items_of(m)]
+    config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+    asyncio.run(Runner.run(agent, [user, *items, {"role": "user", "content": "go on"}], run_config=config))
+    assert records[-1].tier is not CompactionTier.NONE
+    assert model.inputs[-1][0] == user

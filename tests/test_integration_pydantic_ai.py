@@ -467,3 +467,31 @@ def test_the_read_tool_given_no_session_reads_the_conversations_own_results(make
         "alice": "error: the handle 'alice/call_1' does not name a result of this session",
         "bob": "bob payroll",
     }
+
+
+def test_the_pinned_request_keeps_its_image(make_compactor):
+    """The default config pins the user's request once a summary covers it: the request the model
+    gets is still the user's own, its screenshot included, not its text alone."""
+    from pydantic_ai import BinaryContent
+
+    from progressive_compactor.testing import build_history
+
+    records: list[Any] = []
+    compactor = make_compactor("default", context_window=16_000)
+    replayer = Replayer(None, 16_000)
+    processor = history_processor(compactor, session_id="u", on_record=records.append)
+    image = BinaryContent(data=b"\x89PNG" + bytes(40), media_type="image/png")
+    history: list[Any] = [ModelRequest(parts=[UserPromptPart(["Fix the parser bug in this screenshot.", image])])]
+    for m in build_history([3000] * 14, system=None)[1:]:
+        if m["role"] == "assistant":
+            c = m["tool_calls"][0]
+            history.append(
+                ModelResponse(parts=[ToolCallPart("bash", c["function"]["arguments"], tool_call_id=c["id"])])
+            )
+        else:
+            history.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
+    agent_with(FunctionModel(replayer), processor).run_sync("go on", message_history=history)
+    assert records[-1].tier is not CompactionTier.NONE
+    first = replayer.requests[-1][0].parts[0]
+    assert isinstance(first, UserPromptPart) and first is not history[0].parts[0]  # the pinned copy
+    assert first.content == ["Fix the parser bug in this screenshot.", image]

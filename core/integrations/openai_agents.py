@@ -217,10 +217,24 @@ def from_dict(data: dict[str, Any], compaction_role: str = "user") -> list[Any]:
             return [_copy(sources[0], output=text)]
         return [{"type": "function_call_output", "call_id": data.get("tool_call_id") or "", "output": text}]
     if sources and role in ("user", "system") and as_dict(sources[0]).get("role") in ("user", "system", "developer"):
-        return [_copy(sources[0], content=text)]
+        return [_copy(sources[0], content=_message_content(as_dict(sources[0]).get("content"), content, text))]
     if role == "system" or (compaction_role == "system" and is_compaction_message(data)):
         return [{"role": "system", "content": text}]
     return [{"role": "user", "content": text}]
+
+
+def _message_content(original: Any, content: Any, text: str) -> Any:
+    """A changed message's new content. When the view kept its parts (the pinned request, its
+    text masked), the original's images and files stay, each in its place; else the text."""
+    if isinstance(original, str) or not isinstance(content, (list, tuple)) or len(content) != len(original or ()):
+        return text
+    kept = []
+    for item, part in zip(original, content, strict=True):
+        item = as_dict(item)
+        if isinstance(item.get("text"), str) and isinstance(part, Mapping):
+            item = {**item, "text": part.get("text", "")}
+        kept.append(item)
+    return kept
 
 
 def from_view(view: Sequence[dict[str, Any]], ours: set[int], compaction_role: str = "user") -> tuple[list[Any], bool]:

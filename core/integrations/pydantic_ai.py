@@ -213,7 +213,7 @@ def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], c
         if isinstance(part, SystemPromptPart) and data.get("role") == "system":
             return dataclasses.replace(part, content=text)
         if isinstance(part, UserPromptPart):
-            return dataclasses.replace(part, content=text)
+            return dataclasses.replace(part, content=_user_prompt(part.content, content, text))
     role = data.get("role")
     if role == "tool":
         call_id = data.get("tool_call_id") or ""
@@ -221,6 +221,17 @@ def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], c
     if role == "system" or (compaction_role == "system" and is_compaction_message(data)):
         return SystemPromptPart(content=text)
     return UserPromptPart(content=text)
+
+
+def _user_prompt(original: Any, content: Any, text: str) -> Any:
+    """A changed user prompt's new content. When the view kept its parts (the pinned request, its
+    text masked), the original's files and images stay, each in its place; else the text."""
+    if isinstance(original, str) or not isinstance(content, (list, tuple)) or len(content) != len(original):
+        return text
+    return [
+        (part.get("text", "") if isinstance(part, dict) else str(part)) if isinstance(item, str) else item
+        for item, part in zip(original, content, strict=True)
+    ]
 
 
 def response(data: dict[str, Any], unchanged: bool) -> ModelResponse:
