@@ -575,3 +575,48 @@ def test_the_pinned_request_keeps_its_image(make_compactor):
     asyncio.run(Runner.run(agent, [user, *items, {"role": "user", "content": "go on"}], run_config=config))
     assert records[-1].tier is not CompactionTier.NONE
     assert model.inputs[-1][0] == user
+
+
+def test_an_offloaded_tool_output_keeps_the_images_the_tool_returned(make_compactor):
+    """Warn offloads the text of a function's output; the screenshot it returned beside the text,
+    which the offload does not store, still reaches the model."""
+    from agents import ToolOutputImage, ToolOutputText
+
+    image = {"type": "input_image", "image_url": "https://example.com/page.png"}
+
+    async def page(ctx, args):
+        n = json.loads(args)["n"]
+        return [
+            ToolOutputText(text=f"page {n}\n" + "line of the page\n" * 800),
+            ToolOutputImage(image_url=image["image_url"]),
+        ]
+
+    tool = FunctionTool(
+        name="page",
+        description="A page: its text and a screenshot.",
+        params_json_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+        on_invoke_tool=page,
+    )
+
+    class Pager(AnsweringModel):
+        async def get_response(self, system_instructions, input, *args, **kwargs):
+            n = len(self.inputs) + 1
+            if n > 5:
+                return await super().get_response(system_instructions, input, *args, **kwargs)
+            self.inputs.append([item(x) for x in input])
+            call = ResponseFunctionToolCall(
+                type="function_call", call_id=f"p{n}", name="page", arguments=json.dumps({"n": n}), id=f"f{n}"
+            )
+            usage = Usage(requests=1, input_tokens=0, output_tokens=5, total_tokens=5)
+            return ModelResponse(output=[call], usage=usage, response_id=None)
+
+    records: list[Any] = []
+    compactor = make_compactor(context_window=24_000)
+    model = Pager()
+    compaction = call_model_input_filter(compactor, on_record=records.append, session_id="u")
+    agent = Agent(name="a", instructions="Read what you are asked to.", model=model, tools=[tool])
+    config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+    asyncio.run(Runner.run(agent, "read the pages", run_config=config))
+    outputs = [x["output"] for x in model.inputs[-1] if x.get("type") == "function_call_output"]
+    assert len(outputs) == 5 and any("Tool result offloaded" in json.dumps(o) for o in outputs)
+    assert all(isinstance(o, list) and image in o for o in outputs), outputs

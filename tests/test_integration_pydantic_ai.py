@@ -495,3 +495,33 @@ def test_the_pinned_request_keeps_its_image(make_compactor):
     first = replayer.requests[-1][0].parts[0]
     assert isinstance(first, UserPromptPart) and first is not history[0].parts[0]  # the pinned copy
     assert first.content == ["Fix the parser bug in this screenshot.", image]
+
+
+@pytest.mark.skipif(MAJOR < 2, reason="Pydantic AI 1.x moves a tool's files to a user prompt of their own")
+def test_an_offloaded_tool_result_keeps_the_images_the_tool_returned(make_compactor):
+    """Warn offloads the text of a tool's return; the screenshot it returned beside the text, which
+    the offload does not store, still reaches the model."""
+    from pydantic_ai import BinaryContent
+
+    records: list[Any] = []
+    image = BinaryContent(data=b"\x89PNG" + bytes(40), media_type="image/png")
+    compactor = make_compactor(context_window=24_000)
+    requests: list[Any] = []
+
+    def model(messages: list, info: AgentInfo) -> ModelResponse:
+        requests.append(list(messages))
+        if len(requests) <= 5:
+            return ModelResponse(parts=[ToolCallPart("page", {"n": len(requests)}, tool_call_id=f"p{len(requests)}")])
+        return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
+
+    def page(n: int) -> list[Any]:
+        """A page: its text and a screenshot."""
+        return [f"page {n}\n" + "line of the page\n" * 800, image]
+
+    processor = history_processor(compactor, session_id="u", on_record=records.append)
+    agent_with(FunctionModel(model), processor, tools=[page]).run_sync("read the pages")
+    assert CompactionTier.WARN in [r.tier for r in records]
+    returns = [p for m in requests[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    offloaded = [p for p in returns if "Tool result offloaded" in p.model_response_str()]
+    assert offloaded and len(returns) == 5
+    assert all(p.files == [image] for p in returns)

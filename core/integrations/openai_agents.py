@@ -214,13 +214,22 @@ def from_dict(data: dict[str, Any], compaction_role: str = "user") -> list[Any]:
         return items
     if role == "tool":
         if sources and as_dict(sources[0]).get("type") == "function_call_output":
-            return [_copy(sources[0], output=text)]
+            return [_copy(sources[0], output=_output(as_dict(sources[0]).get("output"), text))]
         return [{"type": "function_call_output", "call_id": data.get("tool_call_id") or "", "output": text}]
     if sources and role in ("user", "system") and as_dict(sources[0]).get("role") in ("user", "system", "developer"):
         return [_copy(sources[0], content=_message_content(as_dict(sources[0]).get("content"), content, text))]
     if role == "system" or (compaction_role == "system" and is_compaction_message(data)):
         return [{"role": "system", "content": text}]
     return [{"role": "user", "content": text}]
+
+
+def _output(original: Any, text: str) -> Any:
+    """A changed function output: the new text, and the images and files the function returned
+    beside its text (a list output) after it; only the text was offloaded."""
+    if isinstance(original, str) or not original:
+        return text
+    files = [part for part in map(as_dict, original) if not isinstance(part.get("text"), str)]
+    return [{"type": "input_text", "text": text}, *files] if files else text
 
 
 def _message_content(original: Any, content: Any, text: str) -> Any:

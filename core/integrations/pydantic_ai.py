@@ -204,8 +204,9 @@ def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], c
         part = source[0].parts[source[1]]
         if unchanged:
             return part
-        if isinstance(part, ToolReturnPart):
-            return dataclasses.replace(part, content=text)
+        if isinstance(part, ToolReturnPart):  # the files the tool returned (2.x) stay: only the text was offloaded
+            files = getattr(part, "files", None) or []
+            return dataclasses.replace(part, content=[text, *files] if files else text)
         if isinstance(part, RetryPromptPart):
             if data.get("role") == "tool":
                 return ToolReturnPart(tool_name=part.tool_name or "", content=text, tool_call_id=part.tool_call_id)
