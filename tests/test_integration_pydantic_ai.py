@@ -525,3 +525,17 @@ def test_an_offloaded_tool_result_keeps_the_images_the_tool_returned(make_compac
     offloaded = [p for p in returns if "Tool result offloaded" in p.model_response_str()]
     assert offloaded and len(returns) == 5
     assert all(p.files == [image] for p in returns)
+
+
+def test_the_images_of_a_user_prompt_are_counted(make_compactor):
+    """Each image of a prompt counts as an image (some 750 tokens), as in the other
+    integrations, not as nothing."""
+    from pydantic_ai import BinaryContent, ImageUrl
+
+    records: list[Any] = []
+    compactor = make_compactor(context_window=100_000)
+    processor = history_processor(compactor, session_id="u", on_record=records.append)
+    images = [ImageUrl(f"https://example.com/{i}.png") for i in range(5)]
+    images += [BinaryContent(data=b"\x89PNG" + bytes(40), media_type="image/png") for _ in range(5)]
+    agent_with(FunctionModel(Replayer(None, 100_000)), processor).run_sync(["What changed between these?", *images])
+    assert records[0].tokens_before >= 10 * 700

@@ -85,8 +85,10 @@ def _user_content(content: Any) -> Any:
     for item in content:
         if isinstance(item, str):
             parts.append({"type": "text", "text": item})
+        elif getattr(item, "kind", None) == "image-url" or getattr(item, "is_image", False):
+            parts.append({"type": "image"})  # counted as an image
         else:
-            parts.append({"type": str(getattr(item, "kind", "file"))})
+            parts.append({"type": "file"})  # a document, audio or video: counted as a file
     return parts
 
 
