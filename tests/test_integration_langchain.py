@@ -4,6 +4,7 @@ chat model replaying corpus sessions and tools returning the recorded results.""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -404,3 +405,26 @@ def test_the_adapter_lets_the_frameworks_base_class_initialise(tmp_path):
         ROLES = ("human", "system")
 
     assert Middleware(ProgressiveCompactor("default", data_dir=str(tmp_path))).ready
+
+
+def test_an_offloaded_tool_result_keeps_the_images_the_tool_returned(make_compactor):
+    """Warn offloads the text of a tool's result; the screenshot it returned beside the text,
+    which the offload does not store, still reaches the model."""
+    from langchain_core.tools import tool
+
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/page.png"}}
+
+    @tool
+    def page(n: int) -> list:
+        """A page: its text and a screenshot."""
+        return [{"type": "text", "text": f"page {n}\n" + "line of the page\n" * 800}, image]
+
+    calls = [{"name": "page", "arguments": json.dumps({"n": n})} for n in range(1, 6)]
+    replies = [{"content": "", "tool_calls": [{"id": f"p{i}", "function": c}]} for i, c in enumerate(calls)]
+    compactor = make_compactor(context_window=24_000)
+    model = ScriptedModel(requests=[], replies=replies)
+    agent = create_agent(model, tools=[page], middleware=[CompactionMiddleware(compactor, session_id="s")])
+    agent.invoke({"messages": [HumanMessage("read the pages")]})
+    results = [m["content"] for request in model.requests for m in request if m["role"] == "tool"]
+    assert any("Tool result offloaded" in json.dumps(r) for r in results)
+    assert all(isinstance(r, list) and image in r for r in results), results

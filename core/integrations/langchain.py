@@ -146,6 +146,15 @@ def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> list[dict[s
     return calls
 
 
+def _with_files(original: Any, text: str) -> Any:
+    """A tool result's new text, and the images and files the tool returned beside its text (list
+    content) after it: only the text was offloaded."""
+    if not isinstance(original, list):
+        return text
+    files = [part for part in original if isinstance(part, dict) and part.get("type") not in (None, "text")]
+    return [{"type": "text", "text": text}, *files] if files else text
+
+
 def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessage:
     """A view dict that the compaction made or changed as a LangChain message: a copy of the
     original with the new content, or a new message."""
@@ -154,6 +163,8 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
     if content is None:
         content = ""
     if isinstance(original, BaseMessage):
+        if isinstance(original, ToolMessage) and isinstance(content, str):
+            content = _with_files(original.content, content)
         update: dict[str, Any] = {"content": content}
         if isinstance(original, AIMessage):
             update["tool_calls"] = _tool_calls(data, original)
