@@ -3,7 +3,8 @@
 One ``base_url`` serves OpenAI, vLLM, Ollama, llama.cpp's server, LM Studio and LiteLLM
 proxies. The request is ``POST {base_url}/chat/completions`` with a system and a user message;
 the reply's ``choices[0].message.content`` is the summary, ``finish_reason == "length"`` means it
-was cut off, ``"content_filter"`` that it was filtered (either way it is not used), and ``usage.prompt_tokens`` / ``usage.completion_tokens`` go into the record.
+was cut off, ``"content_filter"`` that it was filtered, and a ``message.refusal`` that the model refused
+(in each case it is not used), and ``usage.prompt_tokens`` / ``usage.completion_tokens`` go into the record.
 Transport, retries and the checks of the reply are shared with ``summarize-anthropic``
 (:mod:`progressive_compactor.http`).
 """
@@ -61,6 +62,7 @@ class OpenAISummarizer(HttpSummarizer):
         usage = dig(data, "usage")
         usage = usage if isinstance(usage, dict) else {}
         model = dig(data, "model")
+        refusal = dig(data, "choices", 0, "message", "refusal")  # newer models refuse apart from content
         return Reply(
             text=content or "",
             cut_off=finish == "length",
@@ -70,4 +72,5 @@ class OpenAISummarizer(HttpSummarizer):
             tokens_out=as_int(usage.get("completion_tokens")),
             model=model if isinstance(model, str) else None,
             tokens_in_cached=as_int(dig(data, "usage", "prompt_tokens_details", "cached_tokens")),
+            refusal=refusal if isinstance(refusal, str) and refusal.strip() else None,
         )

@@ -42,6 +42,7 @@ KINDS = (
     "length",
     "refused",
     "parts",
+    "declined",
     "reset",
     "oversized",
     "hang",
@@ -58,7 +59,8 @@ class Behaviour:
     empty reply; ``length`` a reply stopped by the token limit; ``refused`` the start of a
     summary stopped by the provider's safety system (OpenAI's ``content_filter``, Anthropic's
     ``refusal``); ``parts`` (OpenAI) a good summary as content parts, the first with ``"text":
-    null``; ``reset`` closes the connection without a response (TCP reset); ``oversized`` a reply
+    null``; ``declined`` (OpenAI) a refusal as newer models give it: no content, the reason in
+    ``message.refusal``, finish reason ``stop``; ``reset`` closes the connection without a response (TCP reset); ``oversized`` a reply
     of ``size`` characters; ``hang`` waits ``delay`` seconds before answering as ``ok``;
     ``trickle`` answers as ``ok`` but sends the body one byte every ``interval`` seconds, for
     ``delay`` seconds before the rest. ``delay`` applies to every other kind.
@@ -190,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
             key = record.headers.get("x-api-key") or record.headers.get("authorization", "").removeprefix("Bearer ")
             extra = f" Authorization: Bearer {key.upper()} (echoed), {key[:14]}\n[... truncated ...]\n{key[-12:]}"
         text = summary_text(record.markers, extra)
-        if b.kind == "empty":
+        if b.kind in ("empty", "declined"):
             text = ""
         elif b.kind == "refused":
             text = text[:25]
@@ -216,8 +218,11 @@ class _Handler(BaseHTTPRequestHandler):
             }
         else:
             content: Any = text
+            message: dict[str, Any] = {"role": "assistant", "content": content}
             if b.kind == "parts":
-                content = [{"type": "text", "text": None}, {"type": "text", "text": text}]
+                message["content"] = [{"type": "text", "text": None}, {"type": "text", "text": text}]
+            elif b.kind == "declined":
+                message.update(content=None, refusal="I'm sorry, I can't help with that.")
             payload = {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion",
@@ -225,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": content},
+                        "message": message,
                         "finish_reason": {"length": "length", "refused": "content_filter"}.get(b.kind, "stop"),
                     }
                 ],

@@ -839,6 +839,18 @@ def test_a_key_given_in_extra_headers_never_leaks(fake, tmp_path, caplog, header
         assert key not in text, f"the key leaked into {where}"
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_an_openai_refusal_is_reported_as_one(fake, tmp_path, mode):
+    fake.push(Behaviour("declined"))
+    compactor = make(fake.base_url, "openai", tmp_path)
+    view, record = run(compactor, synthetic_history("SESSION-MARKER-refusal", FULL_ROUNDS), "s", mode)
+    compactor.close()
+    failure = failure_of(record)
+    assert "reply refused or filtered by the provider" in failure
+    assert "I'm sorry, I can't help with that." in failure
+    assert_valid(view)
+
+
 def test_config_show_does_not_print_the_key(monkeypatch, tmp_path):
     from click.testing import CliRunner
 

@@ -81,6 +81,9 @@ class Reply:
     model: str | None = None
     tokens_in_cached: int | None = None
     """Of ``tokens_in``, those the provider read from its prompt cache."""
+    refusal: str | None = None
+    """What the model said when it refused, where the protocol gives it apart (OpenAI's
+    ``message.refusal``); makes the reply ``refused``."""
 
 
 @attrs.frozen
@@ -296,8 +299,9 @@ class HttpSummarizer:
                 f"reply cut off by the token limit (stop reason {reply.stop_reason!r} at "
                 f"max_output_tokens={self.config.max_output_tokens}); raise max_output_tokens"
             )
-        if reply.refused:
-            raise rejected(f"reply refused or filtered by the provider (stop reason {reply.stop_reason!r})")
+        if reply.refused or reply.refusal:
+            said = f": {' '.join(reply.refusal.split())[:200]!r}" if reply.refusal else ""
+            raise rejected(f"reply refused or filtered by the provider (stop reason {reply.stop_reason!r}){said}")
         if not text:
             raise rejected(f"empty reply: the model returned no text (stop reason {reply.stop_reason!r})")
         budget = replaced_budget_tokens(request)
