@@ -86,6 +86,7 @@ class Behaviour:
 class Recorded:
     path: str
     headers: dict[str, str]
+    """Lower-case names; a name sent twice keeps one of its values (see ``header_lines``)."""
     body: Any
     raw: bytes
     client_port: int
@@ -97,6 +98,8 @@ class Recorded:
     cached: int = 0
     """Of the input tokens, those reported as read from the prompt cache."""
     markers: list[str] = field(default_factory=list)
+    header_lines: list[tuple[str, str]] = field(default_factory=list)
+    """Every header line as sent, duplicates included."""
 
 
 def summary_text(markers: list[str], extra: str = "") -> str:
@@ -147,14 +150,16 @@ class _Handler(BaseHTTPRequestHandler):
             at=time.monotonic(),
             behaviour=behaviour,
             markers=sorted(set(MARKER.findall(raw.decode("utf-8", "replace")))),
+            header_lines=list(self.headers.items()),
         )
         fake._enter(record)
         try:
             if behaviour.kind != "trickle" and behaviour.delay and fake._stop.wait(behaviour.delay):
                 return
-            if self.path.endswith("/chat/completions"):
+            route = self.path.partition("?")[0]  # a query (Azure's api-version) is not part of the route
+            if route.endswith("/chat/completions"):
                 self._answer(behaviour, record, anthropic=False)
-            elif self.path.endswith("/messages"):
+            elif route.endswith("/messages"):
                 self._answer(behaviour, record, anthropic=True)
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})

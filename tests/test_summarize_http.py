@@ -5,6 +5,7 @@ the prompt, connection reuse, and the API key never leaking."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import json
 import logging
@@ -837,6 +838,64 @@ def test_a_key_given_in_extra_headers_never_leaks(fake, tmp_path, caplog, header
     assert any("records" in name for name in written)
     for where, text in {**written, "log": caplog.text, "record": repr(record)}.items():
         assert key not in text, f"the key leaked into {where}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_password_in_base_url_never_leaks(fake, tmp_path, caplog, protocol, mode):
+    # a proxy behind basic auth, its credentials written in the URL: sent, and shown nowhere
+    password = "PROXY-pw-7f3a9c1e5b2d"
+    caplog.set_level(logging.DEBUG)  # httpx logs every request's URL at INFO
+    url = fake.base_url.replace("http://", f"http://agent:{password}@")
+    compactor = make(url, protocol, tmp_path)
+    _, record = run(compactor, synthetic_history("SESSION-MARKER-userinfo", FULL_ROUNDS), "s", mode)
+    plugin = compactor.pm.get_plugin(f"summarize-{protocol}")
+    compactor.close()
+
+    assert record.tier is CompactionTier.FULL and record.errors == ()
+    sent = fake.requests[0]
+    expected = "Basic " + base64.b64encode(f"agent:{password}".encode()).decode()
+    assert [v for k, v in sent.header_lines if k.lower() == "authorization"] == [expected]
+    assert "HTTP Request: POST" in caplog.text  # the URL was logged (without its password)
+    for where, text in {"log": caplog.text, "repr": repr(plugin), "record": repr(record)}.items():
+        assert password not in text, f"the URL's password leaked into {where}"
+
+
+def test_a_bad_base_url_is_reported_without_its_password(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        make("ftp://agent:PROXY-pw-7f3a9c1e5b2d@proxy.example/v1", "openai", tmp_path)
+    assert "PROXY-pw-7f3a9c1e5b2d" not in str(info.value)
+    assert "base_url must start with http:// or https://" in str(info.value)
+    assert "@ $.config.summarize-openai.base_url" in str(info.value)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_query_in_base_url_stays_after_the_path(fake, tmp_path, protocol):
+    # Azure OpenAI's api-version, a gateway's routing parameter
+    compactor = make(fake.base_url + "/?api-version=2024-06-01", protocol, tmp_path)
+    _, record = compactor.compact_with_record(synthetic_history("SESSION-MARKER-query", FULL_ROUNDS), "s")
+    compactor.close()
+    assert fake.requests[0].path == PATHS[protocol] + "?api-version=2024-06-01"
+    assert record.errors == ()
+
+
+@pytest.mark.parametrize(
+    "protocol, header, value",
+    [
+        ("openai", "Authorization", "Bearer proxy-key-0123456789"),
+        ("anthropic", "X-Api-Key", "proxy-key-0123456789"),
+        ("anthropic", "Anthropic-Version", "2099-01-01"),
+    ],
+)
+def test_extra_headers_replace_the_plugins_own_whatever_their_case(
+    fake, tmp_path, monkeypatch, protocol, header, value
+):
+    monkeypatch.setenv("CASE_TEST_KEY", "sk-from-the-environment-0123")
+    compactor = make(fake.base_url, protocol, tmp_path, api_key_env="CASE_TEST_KEY", extra_headers={header: value})
+    compactor.compact_with_record(synthetic_history("SESSION-MARKER-case", FULL_ROUNDS), "s")
+    compactor.close()
+    sent = [v for k, v in fake.requests[0].header_lines if k.lower() == header.lower()]
+    assert sent == [value]
 
 
 @pytest.mark.parametrize("mode", MODES)

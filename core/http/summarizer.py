@@ -22,12 +22,13 @@ the registry's secrets masked too.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import threading
 import time
 from typing import Any, AsyncGenerator, ClassVar, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import attrs
 
@@ -36,7 +37,7 @@ from ..hookspecs import hookimpl
 from ..messages import message_to_dict
 from ..models import SummaryRequest, SummaryResult
 from ..plugin_manager import PluginContext
-from ..redaction import SecretRegistry, redact_data
+from ..redaction import SecretRegistry, mask_passwords, redact_data
 from .prompt import (
     CHARS_PER_TOKEN,
     MAX_MESSAGE_CHARS,
@@ -147,6 +148,19 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def endpoint(base_url: str, path: str) -> tuple[str, str | None]:
+    """The URL to post to, ``path`` added to ``base_url``'s path (its query, an Azure
+    ``api-version``, stays after it), and the ``Authorization`` value of the credentials written
+    in it (``user:password@``), which leave the URL: httpx logs every request's URL."""
+    parts = urlsplit(base_url)
+    netloc, auth = parts.netloc, None
+    if "@" in netloc:
+        userinfo, _, netloc = netloc.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        auth = "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return urlunsplit(parts._replace(netloc=netloc, path=parts.path.rstrip("/") + path)), auth
+
+
 def provider_message(body: bytes) -> str:
     """The provider's own error message from an error body (OpenAI and Anthropic both nest it
     under ``error.message``), else the start of the body; one line, bounded."""
@@ -182,7 +196,10 @@ class HttpSummarizer:
             backoff_max=self.config.backoff_max,
             deadline=self.config.deadline,
         )
-        self.url = self.config.base_url.rstrip("/") + self.path
+        self.url, self._url_auth = endpoint(self.config.base_url, self.path)
+        password = urlsplit(self.config.base_url).password or ""
+        self.secrets.add(password)  # masked in error messages as written and as sent
+        self.secrets.add(unquote(password))
         self._client: Any = None
         self._aclients: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
         """Each event loop's ``AsyncClient``, with the generator that closes it (see
@@ -206,7 +223,9 @@ class HttpSummarizer:
         problems = []
         scheme = urlsplit(c.base_url).scheme
         if scheme not in ("http", "https"):
-            problems.append(f"base_url must start with http:// or https://, got {c.base_url!r} @ {where}.base_url")
+            problems.append(
+                f"base_url must start with http:// or https://, got {mask_passwords(c.base_url)!r} @ {where}.base_url"
+            )
         if not c.model:
             problems.append(f"model must name the model to call @ {where}.model")
         if c.max_attempts < 1:
@@ -275,12 +294,15 @@ class HttpSummarizer:
             )
             body = self.build_body(prompt)
         body = {**body, **self.config.extra_body}
-        headers = {
-            "content-type": "application/json",
-            "accept": "application/json",
-            **self.build_headers(api_key),
-            **self.config.extra_headers,
-        }
+        headers: dict[str, str] = {}
+        own = {"content-type": "application/json", "accept": "application/json", **self.build_headers(api_key)}
+        if self._url_auth:  # as httpx would for credentials in the URL: they win over the key
+            own["authorization"] = self._url_auth
+        for name, value in [*own.items(), *self.config.extra_headers.items()]:
+            # a name is one header whatever its case: extra_headers' Authorization replaces ours
+            for same in [k for k in headers if k.lower() == name.lower()]:
+                del headers[same]
+            headers[name] = value
         return HttpCall(self.url, headers, json.dumps(body, ensure_ascii=False).encode("utf-8"))
 
     def parse(self, request: SummaryRequest, response: HttpResponse) -> SummaryResult:
