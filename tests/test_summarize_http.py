@@ -758,8 +758,13 @@ def test_key_removed_after_start_fails_the_call_with_a_clear_cause(fake, tmp_pat
             {"api_key": "sk-inline"},
             ("unknown setting 'api_key'; did you mean 'api_key_env'? (settings: ", "@ $.config.summarize-openai"),
         ),
+        (
+            {"extra_body": {"stream": True}},
+            "extra_body.stream: the summarizer reads one JSON reply, not a stream; remove stream "
+            "@ $.config.summarize-openai.extra_body.stream",
+        ),
     ],
-    ids=["scheme", "attempts", "timeout", "timeout-type", "inline-key"],
+    ids=["scheme", "attempts", "timeout", "timeout-type", "inline-key", "stream"],
 )
 def test_config_problems_name_the_field(tmp_path, block, problem):
     block = dict(block)

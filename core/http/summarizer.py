@@ -234,6 +234,11 @@ class HttpSummarizer:
             problems.append(f"max_output_tokens must be 1 or more @ {where}.max_output_tokens")
         if c.mode not in ("whole", "delta"):
             problems.append(f"mode must be whole or delta, got {c.mode!r} @ {where}.mode")
+        if c.extra_body.get("stream"):  # the reply would be server-sent events: every call would fail
+            problems.append(
+                f"extra_body.stream: the summarizer reads one JSON reply, not a stream; remove stream "
+                f"@ {where}.extra_body.stream"
+            )
         for name in ("max_message_chars", "max_result_chars"):
             if getattr(c, name) < 200:
                 problems.append(f"{name} must be 200 or more @ {where}.{name}")
