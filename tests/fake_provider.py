@@ -44,6 +44,7 @@ KINDS = (
     "parts",
     "declined",
     "reset",
+    "cut",
     "oversized",
     "hang",
     "trickle",
@@ -60,7 +61,8 @@ class Behaviour:
     summary stopped by the provider's safety system (OpenAI's ``content_filter``, Anthropic's
     ``refusal``); ``parts`` (OpenAI) a good summary as content parts, the first with ``"text":
     null``; ``declined`` (OpenAI) a refusal as newer models give it: no content, the reason in
-    ``message.refusal``, finish reason ``stop``; ``reset`` closes the connection without a response (TCP reset); ``oversized`` a reply
+    ``message.refusal``, finish reason ``stop``; ``reset`` closes the connection without a response (TCP reset); ``cut`` sends the
+    headers of a good reply and half its body, then resets the connection; ``oversized`` a reply
     of ``size`` characters; ``hang`` waits ``delay`` seconds before answering as ``ok``;
     ``trickle`` answers as ``ok`` but sends the body one byte every ``interval`` seconds, for
     ``delay`` seconds before the rest. ``delay`` applies to every other kind.
@@ -248,6 +250,18 @@ class _Handler(BaseHTTPRequestHandler):
             }
         if b.kind == "trickle":
             self._trickle(json.dumps(payload).encode(), b)
+        elif b.kind == "cut":
+            data = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            time.sleep(0.05)  # the client reads the half before the reset
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
         else:
             self._send(200, payload)
 

@@ -378,6 +378,24 @@ def test_transient_fault_then_success(fake, tmp_path, protocol, first):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_connection_reset_mid_body_is_retried_and_says_what_happened(fake, tmp_path, caplog, protocol, mode):
+    caplog.set_level(logging.INFO, logger="progressive_compactor.http")
+    fake.push(Behaviour("cut"))
+    compactor = make(fake.base_url, protocol, tmp_path)
+    _, record = run(compactor, synthetic_history("SESSION-MARKER-cut", FULL_ROUNDS), "s", mode)
+    fake.push(*[Behaviour("cut")] * 3)
+    _, failed = run(compactor, synthetic_history("SESSION-MARKER-cut2", FULL_ROUNDS), "s2", mode)
+    compactor.close()
+    assert record.tier is CompactionTier.FULL and record.errors == ()
+    assert "connection reset: " in caplog.text
+    failure = failure_of(failed)
+    assert failure.endswith("(gave up after 3 attempts)")
+    reason = failure.partition("connection reset: ")[2].removesuffix(" (gave up after 3 attempts)")
+    assert reason.strip(), f"the cause says nothing of the reset: {failure!r}"
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("status", [429, 503])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_retry_after_is_honoured(fake, tmp_path, protocol, status, mode):

@@ -175,9 +175,9 @@ def transport_error(exc: BaseException, step: Send) -> SummarizerError:
             f"connection reset: the server closed the connection without a complete reply ({exc})", retryable=True
         )
     if isinstance(exc, (httpx.ReadError, httpx.WriteError)):
-        return SummarizerError(f"connection reset: {exc or type(exc).__name__}", retryable=True)
+        return SummarizerError(f"connection reset: {str(exc) or type(exc).__name__}", retryable=True)
     if isinstance(exc, httpx.ConnectError):
-        return SummarizerError(f"connection failed: {exc or type(exc).__name__}", retryable=True)
+        return SummarizerError(f"connection failed: {str(exc) or type(exc).__name__}", retryable=True)
     if isinstance(exc, (httpx.LocalProtocolError, httpx.UnsupportedProtocol)):
         # httpx would not send it (a line break in a header value, a URL it cannot use): every
         # attempt would fail the same way
