@@ -2,8 +2,8 @@
 
 ``POST {base_url}/messages`` with ``x-api-key`` and ``anthropic-version`` headers and the system
 prompt as the top-level ``system`` field. The reply's text blocks are the summary,
-``stop_reason == "max_tokens"`` means it was cut off, ``"refusal"`` that the model refused
-(either way it is not used), and ``usage.input_tokens`` (plus cache reads
+``stop_reason == "max_tokens"`` or ``"model_context_window_exceeded"`` means it was cut off,
+``"refusal"`` that the model refused (either way it is not used), and ``usage.input_tokens`` (plus cache reads
 and writes) / ``usage.output_tokens`` go into the record. Transport, retries and the checks of
 the reply are shared with ``summarize-openai`` (:mod:`progressive_compactor.http`).
 """
@@ -16,6 +16,9 @@ import attrs
 
 from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
 from progressive_compactor.plugin import SummarizerError, to_anthropic
+
+CONTEXT_FULL = "model_context_window_exceeded"
+"""The stop reason of a reply the model ended because its context window was full: cut off too."""
 
 
 class AnthropicSummarizer(HttpSummarizer):
@@ -78,7 +81,7 @@ class AnthropicSummarizer(HttpSummarizer):
         model = dig(data, "model")
         return Reply(
             text=text,
-            cut_off=stop == "max_tokens",
+            cut_off=stop in ("max_tokens", CONTEXT_FULL),
             refused=stop == "refusal",
             stop_reason=stop if isinstance(stop, str) else None,
             tokens_in=tokens_in,

@@ -41,6 +41,7 @@ KINDS = (
     "empty",
     "length",
     "refused",
+    "window",
     "parts",
     "declined",
     "reset",
@@ -59,7 +60,8 @@ class Behaviour:
     ``malformed`` a cut-off JSON body; ``missing`` JSON without the reply fields; ``empty`` an
     empty reply; ``length`` a reply stopped by the token limit; ``refused`` the start of a
     summary stopped by the provider's safety system (OpenAI's ``content_filter``, Anthropic's
-    ``refusal``); ``parts`` (OpenAI) a good summary as content parts, the first with ``"text":
+    ``refusal``); ``window`` (Anthropic) the start of a summary stopped because the model's
+    context window is full (``model_context_window_exceeded``); ``parts`` (OpenAI) a good summary as content parts, the first with ``"text":
     null``; ``declined`` (OpenAI) a refusal as newer models give it: no content, the reason in
     ``message.refusal``, finish reason ``stop``; ``reset`` closes the connection without a response (TCP reset); ``cut`` sends the
     headers of a good reply and half its body, then resets the connection; ``oversized`` a reply
@@ -201,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         text = summary_text(record.markers, extra)
         if b.kind in ("empty", "declined"):
             text = ""
-        elif b.kind == "refused":
+        elif b.kind in ("refused", "window"):
             text = text[:25]
         elif b.kind == "oversized":
             text = summary_text(record.markers, " " + "lorem ipsum " * (b.size // 12))
@@ -216,7 +218,11 @@ class _Handler(BaseHTTPRequestHandler):
                 "role": "assistant",
                 "model": model,
                 "content": [{"type": "text", "text": text}] if text else [],
-                "stop_reason": {"length": "max_tokens", "refused": "refusal"}.get(b.kind, "end_turn"),
+                "stop_reason": {
+                    "length": "max_tokens",
+                    "refused": "refusal",
+                    "window": "model_context_window_exceeded",
+                }.get(b.kind, "end_turn"),
                 "usage": {
                     "input_tokens": tokens_in - record.cached,
                     "cache_read_input_tokens": record.cached,

@@ -922,6 +922,19 @@ def test_extra_headers_replace_the_plugins_own_whatever_their_case(
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_an_anthropic_reply_cut_off_by_a_full_context_window_is_not_used(fake, tmp_path, mode):
+    fake.push(Behaviour("window"))
+    compactor = make(fake.base_url, "anthropic", tmp_path)
+    view, record = run(compactor, synthetic_history("SESSION-MARKER-window", FULL_ROUNDS), "s", mode)
+    compactor.close()
+    failure = failure_of(record)
+    assert "reply cut off" in failure and "'model_context_window_exceeded'" in failure
+    assert "raise max_output_tokens" not in failure  # more output room would not help
+    assert (record.summarizer_tokens_in, record.summarizer_tokens_out) == fake.requests[0].usage
+    assert_valid(view)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_an_openai_refusal_is_reported_as_one(fake, tmp_path, mode):
     fake.push(Behaviour("declined"))
     compactor = make(fake.base_url, "openai", tmp_path)

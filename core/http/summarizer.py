@@ -321,6 +321,11 @@ class HttpSummarizer:
             )
 
         text = reply.text.strip()
+        if reply.cut_off and reply.stop_reason == "model_context_window_exceeded":  # more output room won't help
+            raise rejected(
+                f"reply cut off before its end (stop reason {reply.stop_reason!r}): the request and the reply "
+                "did not fit the model's context window; use a model with a larger one"
+            )
         if reply.cut_off:
             raise rejected(
                 f"reply cut off by the token limit (stop reason {reply.stop_reason!r} at "
