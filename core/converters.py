@@ -20,6 +20,7 @@ import attrs
 import cattrs
 import orjson
 from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.gen import make_dict_structure_fn
 from cattrs.v import format_exception, transform_error
 
 from .errors import ConfigError
@@ -102,7 +103,9 @@ def _reject_non_mappings(converter: cattrs.Converter) -> None:
         return attrs.has(cls) or typing.get_origin(cls) in (dict, collections.abc.Mapping)
 
     def factory(cls: Any) -> Any:
-        hook = inner.get_structure_hook(cls)
+        # an attrs class's fields are structured by ``converter`` itself, so that a block nested in
+        # a block (``timeout: {connect, read}``) is checked too
+        hook = make_dict_structure_fn(cls, converter) if attrs.has(cls) else inner.get_structure_hook(cls)
 
         def structure(value: Any, target: Any) -> Any:
             if not isinstance(value, collections.abc.Mapping):

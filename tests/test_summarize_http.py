@@ -772,6 +772,7 @@ def test_key_removed_after_start_fails_the_call_with_a_clear_cause(fake, tmp_pat
         ({"max_attempts": 0}, "max_attempts must be 1 or more @ $.config.summarize-openai.max_attempts"),
         ({"timeout": {"connect": 0.0, "read": 1.0}}, "timeout.connect must be positive"),
         ({"timeout": {"connect": "fast"}}, "@ $.config.summarize-openai.timeout.connect"),
+        ({"timeout": 30}, "expected a mapping, got int 30 @ $.config.summarize-openai.timeout"),
         (
             {"api_key": "sk-inline"},
             ("unknown setting 'api_key'; did you mean 'api_key_env'? (settings: ", "@ $.config.summarize-openai"),
@@ -782,7 +783,7 @@ def test_key_removed_after_start_fails_the_call_with_a_clear_cause(fake, tmp_pat
             "@ $.config.summarize-openai.extra_body.stream",
         ),
     ],
-    ids=["scheme", "attempts", "timeout", "timeout-type", "inline-key", "stream"],
+    ids=["scheme", "attempts", "timeout", "timeout-type", "timeout-number", "inline-key", "stream"],
 )
 def test_config_problems_name_the_field(tmp_path, block, problem):
     block = dict(block)
