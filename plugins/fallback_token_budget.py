@@ -55,13 +55,15 @@ def _protected(text: str) -> tuple[str, str, str]:
 
 def cut(text: str, keep: int) -> str:
     """``text`` cut to about ``keep`` characters (two thirds head, one third tail, a marker
-    between), lines that name a handle kept whole."""
+    between), lines that name a handle kept whole; ``text`` itself when the cut would not be
+    shorter (a few words are never traded for the longer marker)."""
     if len(text) <= keep:
         return text
     first, body, last = _protected(text)
     room = max(keep - len(first) - len(last), 0)
     head, tail = body[: room * 2 // 3], body[len(body) - room // 3 :] if room // 3 else ""
-    return first + (head + MARKER + tail if room else MARKER.strip()) + last
+    shortened = first + (head + MARKER + tail if room else MARKER.strip()) + last
+    return shortened if len(shortened) < len(text) else text
 
 
 def shorten(message: Message, tokens: int, estimate: Estimate) -> Message:

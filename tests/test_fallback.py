@@ -21,7 +21,9 @@ from progressive_compactor.testing import (
     estimate,
     failing_summarizer,
     fallback_bound,
+    filler,
     problems,
+    tool_call,
     window_for,
 )
 
@@ -145,6 +147,32 @@ def test_pinned_messages_share_the_room_the_system_message_leaves():
     out = fallback([system, request, summary, Message(role="user", content="hi")], 3, 1000)
     assert total(out) <= 1000 and out[0] == system and out[2] == summary  # the shorter stays whole
     assert MARKER.strip() in text_of(out[1])
+
+
+def test_a_short_pinned_request_is_never_replaced_by_the_longer_marker():
+    """A system message over the budget: the pinned request of a few words went down to the
+    truncation marker alone (45 characters for 12), the user's request gone from the view."""
+    pinned = [Message(role="system", content="S" * 4000), Message(role="user", content="Fix the bug.")]
+    out = fallback([*pinned, Message(role="user", content="C" * 400)], 2, 500)
+    assert out[1].content == "Fix the bug."
+    assert total(out) <= 500
+
+
+def test_a_short_request_survives_a_truncation_that_usage_reports_force(make_compactor):
+    """Found by the property tests: the provider counts three times the estimate, the system
+    message fills the budget, and the truncation replaced the request by its marker."""
+    history = [
+        {"role": "system", "content": filler(731, "system")},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "Running.", "tool_calls": [tool_call("c0", "ls")]},
+        {"role": "tool", "tool_call_id": "c0", "content": ""},
+    ]
+    compactor = make_compactor("default", context_window=1000)
+    view = compactor.compact(history[:2])
+    compactor.observe_usage(None, 700)  # 3.7 times the estimate of the system message and the request
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY and problems(view) == []
+    assert "Fix the bug." in [m["content"] for m in view]
 
 
 def test_groups_keep_results_with_their_call():
