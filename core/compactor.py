@@ -28,7 +28,7 @@ import attrs
 from .config import CompactorConfig, config_to_dict, deep_merge
 from .converters import EMERGENCY_CAUSE
 from .errors import CompactorError, SummarizerError
-from .messages import message_from_dict, message_to_dict, repair_tool_pairs, replace_content, view_problems
+from .messages import message_from_dict, message_to_dict, repair_tool_pairs, view_problems, with_result_text
 from .models import (
     CompactionRecord,
     CompactionTier,
@@ -145,7 +145,7 @@ class ProgressiveCompactor:
             return dict(message)
         if entry is None:
             return dict(message)
-        return message_to_dict(replace_content(m, entry.placeholder))
+        return message_to_dict(with_result_text(m, entry.placeholder))
 
     def read_tool_result(
         self, handle: str, lines: tuple[int, int] | None = None, *, session_id: str | None = None

@@ -332,8 +332,14 @@ def carried_result(m: Message) -> Message | None:
 
 
 def with_result_text(m: Message, text: str) -> Message:
-    """``m``, a message :func:`carried_result` gives a result of, with ``text`` as that result's."""
+    """``m``, a message :func:`carried_result` gives a result of, with ``text`` as that result's.
+    Parts of a result that are not text (a screenshot) stay after it: an offloaded result's file
+    holds its text alone."""
     content = m.content
+    if isinstance(content, tuple):
+        kept = [p for p in content if not (isinstance(p, Mapping) and isinstance(p.get("text"), str))]
+        if kept:
+            return attrs.evolve(m, content=({"type": "text", "text": text}, *kept), raw=None)
     match = _LATE_RESULT.match(content) if m.role == "user" and isinstance(content, str) else None
     return replace_content(m, text if match is None else match.group() + text)
 

@@ -566,3 +566,20 @@ def test_a_result_that_arrives_late_is_offloaded_before_it_leaves_the_view(make_
     assert "call_A" in [e.tool_call_id for e in record.offloaded]
     entry = next(e for e in record.offloaded if e.tool_call_id == "call_A")
     assert compactor.read_tool_result(entry.handle) == big
+
+
+def test_an_offloaded_result_keeps_its_images_in_the_view(make_compactor):
+    """A tool result of text and a screenshot: offloading it put the placeholder in place of the
+    whole content, and the file holds the text alone, so the image was lost for good."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBO" * 500}}
+    history = build_history([6000] * 10)
+    history[3] = {**history[3], "content": [{"type": "text", "text": filler(6000, "page")}, image]}
+    compactor = make_compactor(context_window=window_for(history, 0.65))
+    for turn in range(2):  # offloaded now, then from the session's state
+        view, record = compactor.compact_with_record(history)
+        assert problems(view) == [] and view[3]["tool_call_id"] == "call_0"
+        placeholder, *rest = view[3]["content"]
+        assert placeholder["text"].startswith("[Tool result offloaded") and rest == [image]
+    assert compactor.read_tool_result("test-session/call_0").startswith(filler(6000, "page"))
+    arrived = compactor.offload_tool_result({"role": "tool", "tool_call_id": "new", "content": history[3]["content"]})
+    assert arrived["content"][1:] == [image]
