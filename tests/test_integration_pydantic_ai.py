@@ -539,3 +539,55 @@ def test_the_images_of_a_user_prompt_are_counted(make_compactor):
     images += [BinaryContent(data=b"\x89PNG" + bytes(40), media_type="image/png") for _ in range(5)]
     agent_with(FunctionModel(Replayer(None, 100_000)), processor).run_sync(["What changed between these?", *images])
     assert records[0].tokens_before >= 10 * 700
+
+
+def test_several_system_prompts_stay_system_prompts(make_compactor):
+    """An agent with several system prompts (a static one and a decorated one, say) gets each
+    back as the system prompt it is, the very part, never made a user message; across a
+    compaction too."""
+    from progressive_compactor.testing import build_history
+
+    records: list[Any] = []
+    compactor = make_compactor("default", context_window=16_000)
+    replayer = Replayer(None, 16_000)
+    processor = history_processor(compactor, session_id="u", on_record=records.append)
+    agent = agent_with(FunctionModel(replayer), processor, system_prompt=("You are a careful bot.", "Be terse."))
+    first = agent.run_sync("hello")
+    history = first.all_messages()
+    for m in build_history([3000] * 14, system=None)[1:]:
+        if m["role"] == "assistant":
+            c = m["tool_calls"][0]
+            history.append(
+                ModelResponse(parts=[ToolCallPart("bash", c["function"]["arguments"], tool_call_id=c["id"])])
+            )
+        else:
+            history.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
+    agent.run_sync("go on", message_history=history)
+    assert records[0].tier is CompactionTier.NONE and records[-1].tier is not CompactionTier.NONE
+    assert all(r.repaired_tool_pairs == 0 for r in records)
+    for request in (replayer.requests[0], replayer.requests[-1]):
+        system = request[0].parts[:2]
+        assert system[0] is history[0].parts[0] and system[1] is history[0].parts[1]
+        assert not any("[System message]" in text_of(p) for m in request for p in m.parts)
+
+
+@pytest.mark.parametrize("system_prompt", [(), ("You are a careful bot.",), ("You are a careful bot.", "Be terse.")])
+def test_the_agents_instructions_are_counted_and_sent_once(make_compactor, system_prompt):
+    """Pydantic AI sends an agent's ``instructions`` with every request (no message part holds
+    them): the compactor counts them, as a system prompt, and leaves them to Pydantic AI, with
+    the agent's system prompts, if any, handed back as they were."""
+    instructions = "Answer in the house style, citing the ticket. " * 200  # some 2,300 tokens
+    records: dict[str, list[Any]] = {"with": [], "without": []}
+    replayers = {}
+    for name in records:
+        compactor = make_compactor(context_window=100_000)
+        replayers[name] = Replayer(None, 100_000)
+        processor = history_processor(compactor, session_id="u", on_record=records[name].append)
+        extra = {"instructions": instructions} if name == "with" else {}
+        agent_with(FunctionModel(replayers[name]), processor, system_prompt=system_prompt, **extra).run_sync("hello")
+    assert records["with"][0].tokens_before > records["without"][0].tokens_before + 2_000
+    assert records["with"][0].repaired_tool_pairs == 0
+    assert replayers["with"].infos[-1].instructions == instructions.strip()
+    request = replayers["with"].requests[-1]
+    assert not any(instructions.strip() in text_of(p) for m in request for p in m.parts)
+    assert [p.content for p in request[0].parts if isinstance(p, SystemPromptPart)] == list(system_prompt)

@@ -11,7 +11,10 @@ agent = Agent(model, history_processors=[history_processor(compactor)], tools=[.
 
 :func:`history_processor` returns a processor (``async_history_processor`` its async form)
 that converts ``ModelRequest`` / ``ModelResponse`` parts (system and user prompts, tool calls,
-tool returns, retry prompts) to chat dicts, compacts them and converts the view back. A message
+tool returns, retry prompts) to chat dicts, compacts them and converts the view back. A
+request's leading system prompts are one system message while compacting (each is handed back
+as it was), and the agent's ``instructions``, which Pydantic AI sends with every request, join
+it: they are counted, and left to Pydantic AI. A message
 the compaction did not change is handed back as the very object it was; a changed one is a copy
 of the original with the new content (its other parts, ``instructions`` and metadata kept); the
 compaction message is a ``UserPromptPart`` (``compaction_role="system"``: a
@@ -125,21 +128,51 @@ def response_dict(message: ModelResponse) -> dict[str, Any]:
     return data
 
 
+@dataclasses.dataclass(frozen=True)
+class SystemBlock:
+    """The source of one system dict made of several parts: a request's leading system prompts
+    (``count`` of them; Pydantic AI sends each, and a system message other than the first would
+    be made a user message), and the agent's ``instructions`` when the processor counts them
+    (Pydantic AI sends them itself, with every request: they never go back into the view)."""
+
+    message: ModelRequest | None
+    count: int
+    instructions: bool = False
+
+
+def _system_block(message: ModelRequest) -> dict[str, Any] | None:
+    """One system dict for the request's leading system prompts, when it has several."""
+    count = next(
+        (i for i, part in enumerate(message.parts) if not isinstance(part, SystemPromptPart)), len(message.parts)
+    )
+    if count < 2:
+        return None
+    text = "\n\n".join(part.content for part in message.parts[:count])  # type: ignore[union-attr]
+    return {"role": "system", "content": text, SOURCE: SystemBlock(message, count)}
+
+
 def to_dicts(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         if isinstance(message, ModelRequest):
-            out += [request_part_dict(message, i) for i in range(len(message.parts))]
+            block = _system_block(message)
+            start = block[SOURCE].count if block is not None else 0
+            out += [block] if block is not None else []
+            out += [request_part_dict(message, i) for i in range(start, len(message.parts))]
         else:
             out.append(response_dict(message))
     return out
 
 
 class Converter:
-    """Dicts for the messages of one session, the same dict objects while the messages are."""
+    """Dicts for the messages of one session, the same dict objects while the messages are. The
+    instructions the latest request carries (``ModelRequest.instructions``, which Pydantic AI
+    sends with every request) join the first system message, or are one of their own before
+    the history: they are counted, and never handed back."""
 
     def __init__(self) -> None:
         self._dicts: dict[int, tuple[ModelMessage, list[dict[str, Any]]]] = {}
+        self._head: tuple[dict[str, Any] | None, str, dict[str, Any]] | None = None
 
     def dicts(self, messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -151,7 +184,25 @@ class Converter:
             kept[id(message)] = cached
             out += cached[1]
         self._dicts = kept
+        request = next((m for m in reversed(messages) if isinstance(m, ModelRequest)), None)
+        instructions = getattr(request, "instructions", None)
+        if isinstance(instructions, str) and instructions:
+            system = out[0] if out and out[0].get("role") == "system" else None
+            head = self._head
+            if head is None or head[0] is not system or head[1] != instructions:
+                head = self._head = (system, instructions, _with_instructions(system, instructions))
+            out[: 1 if system is not None else 0] = [head[2]]
         return out
+
+
+def _with_instructions(system: dict[str, Any] | None, instructions: str) -> dict[str, Any]:
+    if system is None:
+        return {"role": "system", "content": instructions, SOURCE: SystemBlock(None, 0, instructions=True)}
+    source = system[SOURCE]
+    block = SystemBlock(source.message, source.count, True) if isinstance(source, SystemBlock) else None
+    if block is None:  # one system prompt: (message, 0)
+        block = SystemBlock(source[0], 1, True)
+    return {"role": "system", "content": f"{system['content']}\n\n{instructions}", SOURCE: block}
 
 
 def from_view(view: Sequence[dict[str, Any]], ours: set[int], compaction_role: str = "user") -> list[ModelMessage]:
@@ -169,19 +220,21 @@ def from_view(view: Sequence[dict[str, Any]], ours: set[int], compaction_role: s
     def flush() -> None:
         if not group:
             return
-        sources = [d.get(SOURCE) for d in group]
-        first = sources[0]
+        sources = [d.get(SOURCE) for d in group if not _instructions_alone(d.get(SOURCE))]
+        messages = [_message_of(s) for s in sources]
+        first = messages[0] if messages else None
         if (
             all(id(d) in ours for d in group)
-            and isinstance(first, tuple)
-            and all(isinstance(s, tuple) and s[0] is first[0] for s in sources)
-            and [s[1] for s in sources if s is not None] == list(range(len(first[0].parts)))
+            and first is not None
+            and all(m is first for m in messages)
+            and [i for s in sources for i in _indices(s)] == list(range(len(first.parts)))
         ):
-            out.append(first[0])  # the original request, untouched
+            out.append(first)  # the original request, untouched
         else:
-            base = next((s[0] for s in reversed(sources) if isinstance(s, tuple)), None)
-            parts = [request_part(d, id(d) in ours, names, compaction_role) for d in group]
-            out.append(dataclasses.replace(base, parts=parts) if base is not None else ModelRequest(parts=parts))
+            base = next((m for m in reversed(messages) if m is not None), None)
+            parts = [p for d in group for p in request_parts(d, id(d) in ours, names, compaction_role)]
+            if parts:
+                out.append(dataclasses.replace(base, parts=parts) if base is not None else ModelRequest(parts=parts))
         group.clear()
 
     for d in view:
@@ -192,6 +245,36 @@ def from_view(view: Sequence[dict[str, Any]], ours: set[int], compaction_role: s
             group.append(d)
     flush()
     return out
+
+
+def _instructions_alone(source: Any) -> bool:
+    return isinstance(source, SystemBlock) and source.message is None
+
+
+def _message_of(source: Any) -> ModelRequest | None:
+    if isinstance(source, SystemBlock):
+        return source.message
+    return source[0] if isinstance(source, tuple) else None
+
+
+def _indices(source: Any) -> list[int]:
+    if isinstance(source, SystemBlock):
+        return list(range(source.count))
+    return [source[1]] if isinstance(source, tuple) else []
+
+
+def request_parts(data: dict[str, Any], unchanged: bool, names: dict[str, str], compaction_role: str) -> list[Any]:
+    """The parts a view dict stands for: one, or a system block's (the instructions left to
+    Pydantic AI; a block the fallback cut is one system prompt of the text it kept)."""
+    source = data.get(SOURCE)
+    if not isinstance(source, SystemBlock):
+        return [request_part(data, unchanged, names, compaction_role)]
+    if source.message is None or source.count == 0:
+        return []
+    if unchanged:
+        return list(source.message.parts[: source.count])
+    first = source.message.parts[0]
+    return [dataclasses.replace(first, content=str(data.get("content") or ""))]
 
 
 def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], compaction_role: str) -> Any:
