@@ -147,7 +147,7 @@ def _system_block(message: ModelRequest) -> dict[str, Any] | None:
     )
     if count < 2:
         return None
-    text = "\n\n".join(part.content for part in message.parts[:count])  # type: ignore[union-attr]
+    text = "\n\n".join(part.content for part in message.parts[:count] if isinstance(part, SystemPromptPart))
     return {"role": "system", "content": text, SOURCE: SystemBlock(message, count)}
 
 
@@ -274,7 +274,8 @@ def request_parts(data: dict[str, Any], unchanged: bool, names: dict[str, str], 
     if unchanged:
         return list(source.message.parts[: source.count])
     first = source.message.parts[0]
-    return [dataclasses.replace(first, content=str(data.get("content") or ""))]
+    text = str(data.get("content") or "")
+    return [dataclasses.replace(first, content=text) if isinstance(first, SystemPromptPart) else SystemPromptPart(text)]
 
 
 def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], compaction_role: str) -> Any:
