@@ -591,3 +591,22 @@ def test_the_agents_instructions_are_counted_and_sent_once(make_compactor, syste
     request = replayers["with"].requests[-1]
     assert not any(instructions.strip() in text_of(p) for m in request for p in m.parts)
     assert [p.content for p in request[0].parts if isinstance(p, SystemPromptPart)] == list(system_prompt)
+
+
+def test_system_prompts_too_long_for_the_window_are_cut_as_one(make_compactor):
+    """The fallback cuts a system message over its budget; several system prompts are cut as the
+    one system message they are while compacting, and reach the model as one system prompt."""
+    from progressive_compactor.plugins.fallback_token_budget import MARKER
+
+    records: list[Any] = []
+    compactor = make_compactor(context_window=8_000)
+    replayer = Replayer(None, 8_000)
+    processor = history_processor(compactor, session_id="u", on_record=records.append)
+    prompts = ("You are a careful bot. " * 1200, "Be terse. " * 2500)
+    agent_with(FunctionModel(replayer), processor, system_prompt=prompts).run_sync("hello")
+    assert records[-1].tier is CompactionTier.EMERGENCY
+    request = replayer.requests[-1]
+    system = [p for m in request for p in m.parts if isinstance(p, SystemPromptPart)]
+    assert len(system) == 1 and MARKER.strip() in system[0].content
+    assert system[0].content.startswith("You are a careful bot.") and system[0].content.rstrip().endswith("Be terse.")
+    assert not any("[System message]" in text_of(p) for m in request for p in m.parts)
