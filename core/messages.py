@@ -246,6 +246,14 @@ def sent_extras(message: Message) -> list[Any]:
     return [value for key, value in message.extra.items() if not key.startswith("__")]
 
 
+def as_sent(data: dict[str, Any]) -> dict[str, Any]:
+    """A view dict as a provider gets it: without an integration's private keys (``__name__``,
+    no JSON as a rule); ``data`` itself when it has none."""
+    if not any(key.startswith("__") for key in data):
+        return data
+    return {key: value for key, value in data.items() if not key.startswith("__")}
+
+
 def fingerprint(message: Message) -> str:
     """A short stable hash of what a message says, to recognise it across processes."""
     h = hashlib.blake2b(digest_size=12)

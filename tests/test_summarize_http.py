@@ -29,6 +29,7 @@ from fake_provider import (
 from progressive_compactor import EMERGENCY_ERROR, CompactionTier, ConfigError, ProgressiveCompactor, SummarizerError
 from progressive_compactor.anchors import parse_markdown
 from progressive_compactor.http.prompt import PLACEHOLDERS, build_prompt, load_template
+from progressive_compactor.integrations.common import SOURCE
 from progressive_compactor.http.retry import (
     HttpResponse,
     RetryPolicy,
@@ -244,6 +245,21 @@ def test_a_cache_friendly_openai_request_sends_no_blocks_kept_for_anthropic(fake
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": "summarize"},
     ]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_cache_friendly_request_sends_no_key_private_to_an_integration(fake, tmp_path, protocol):
+    """The integrations keep the framework's own message in each dict under a private key (a
+    framework object, no JSON): the view the provider got never held it, and neither may the
+    summary request that repeats the view."""
+    settings = compactor_settings(fake.base_url, protocol, tmp_path, model="m")
+    compactor = ProgressiveCompactor("classic", summary_requests="cache-friendly", **settings)
+    history = [{**m, SOURCE: object()} for m in synthetic_history("SESSION-MARKER-p", FULL_ROUNDS)]
+    _, record = compactor.compact_with_record(history, "s")
+    compactor.close()
+    assert record.tier >= CompactionTier.SOFT and record.summarizer_calls == 1
+    assert record.errors == () and not record.fallback
+    assert SOURCE not in json.dumps(fake.requests[-1].body)
 
 
 def test_lean_requests_do_not_send_the_view(fake, tmp_path):

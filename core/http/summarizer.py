@@ -34,7 +34,7 @@ import attrs
 
 from ..errors import ConfigError, SummarizerError
 from ..hookspecs import hookimpl
-from ..messages import message_to_dict
+from ..messages import as_sent, message_to_dict
 from ..models import SummaryRequest, SummaryResult
 from ..plugin_manager import PluginContext
 from ..redaction import SecretRegistry, mask_passwords, redact_data
@@ -284,7 +284,7 @@ class HttpSummarizer:
         request = redact_data(request, self.secrets.redact)
         delta = self.config.mode == "delta"
         if request.view:  # cache-friendly: the view again, then the instruction
-            conversation = [message_to_dict(m) for m in request.view]
+            conversation = [as_sent(message_to_dict(m)) for m in request.view]  # as the agent sent it
             instruction = build_instruction(
                 request, self.template, max_message_chars=self.config.max_message_chars, delta=delta
             )
