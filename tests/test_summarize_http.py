@@ -29,7 +29,6 @@ from fake_provider import (
 from progressive_compactor import EMERGENCY_ERROR, CompactionTier, ConfigError, ProgressiveCompactor, SummarizerError
 from progressive_compactor.anchors import parse_markdown
 from progressive_compactor.http.prompt import PLACEHOLDERS, build_prompt, load_template
-from progressive_compactor.integrations.common import SOURCE
 from progressive_compactor.http.retry import (
     HttpResponse,
     RetryPolicy,
@@ -40,6 +39,7 @@ from progressive_compactor.http.retry import (
     exchange,
     parse_retry_after,
 )
+from progressive_compactor.integrations.common import SOURCE
 from progressive_compactor.messages import message_from_dict, to_anthropic, view_problems
 from progressive_compactor.models import AnchorType, CompactionRecord, Facts, Message, SummaryRequest
 from progressive_compactor.plugins.summarize_anthropic import AnthropicSummarizer
