@@ -798,8 +798,13 @@ def test_key_removed_after_start_fails_the_call_with_a_clear_cause(fake, tmp_pat
             "extra_body.stream: the summarizer reads one JSON reply, not a stream; remove stream "
             "@ $.config.summarize-openai.extra_body.stream",
         ),
+        (
+            {"max_tokens_field": ""},
+            "max_tokens_field must name the body's output limit (max_tokens, or max_completion_tokens for newer "
+            "OpenAI models) @ $.config.summarize-openai.max_tokens_field",
+        ),
     ],
-    ids=["scheme", "attempts", "timeout", "timeout-type", "timeout-number", "inline-key", "stream"],
+    ids=["scheme", "attempts", "timeout", "timeout-type", "timeout-number", "inline-key", "stream", "no-limit-field"],
 )
 def test_config_problems_name_the_field(tmp_path, block, problem):
     block = dict(block)
