@@ -334,3 +334,25 @@ def test_a_result_offloaded_while_its_session_is_deleted_is_never_left_behind_un
         assert "s" in listed
     deleting.on_delete_session("s")
     assert deleting.read_offloaded(written[0].handle) is None
+
+
+def test_when_a_session_was_written_is_the_servers_time_not_a_skewed_workers(backend, monkeypatch):
+    """Workers on several hosts disagree on the time: a worker whose clock is a day behind must
+    not make an active session look a day old (``gc --older-than`` would delete it) nor one
+    whose clock is ahead make an idle one look new."""
+    worker = backend.compactor()
+    state, store = worker.pm.get_plugin("state-redis"), worker.pm.get_plugin("store-redis")
+    offloader = worker.pm.get_plugin("offload-redis")
+    client = backend.server.client()
+    seconds, micros = client.time()
+    client.close()
+    server_now = seconds + micros / 1_000_000
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 86_400)  # this worker's clock is a day behind
+    assert state.db.save_state("s", 1, "stamp-1", b"{}")
+    assert store.db.add_record("r1", "s", "{}")
+    assert offloader.offload(tool("call_0", "result " * 500), "s", 100) is not None
+    monkeypatch.undo()
+    for plugin in (state, store, offloader):
+        (info,) = plugin.list_sessions()
+        assert abs(info.updated - server_now) < 60, plugin.name

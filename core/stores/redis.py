@@ -25,7 +25,8 @@ Keys, under ``prefix`` (default ``compactor:``; session ids and handles as they 
     record-ids:{session}   set   the ids of those records
     offload:{handle}       hash  sha (of the text), data, session, call
     offloads:{session}     set   the session's handles
-    sessions:{kind}        zset  session -> when last written (kind: state, records, offloads);
+    sessions:{kind}        zset  session -> when last written, by the server's clock (kind: state,
+                                 records, offloads);
                                  with ``ttl``, each write forgets a few expired sessions
 
 The layout's version is kept under ``schema`` (:data:`SCHEMA_VERSION`); a server holding a newer
@@ -96,6 +97,14 @@ end
 """Lua: a session's handles and their set live ``2 * ttl`` from now. The set never outlives one of
 its handles (an offload gives a new handle the set's expiry), so while the set has ``ttl`` left,
 so has every handle it names, and renewing them once per ``ttl`` of activity is enough."""
+SERVER_TIME = """
+local function server_time()
+  local t = redis.call('TIME')
+  return t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+end
+"""
+"""Lua: the server's clock as seconds (a string, to the microsecond): when a session was written
+is the one server's time, never a worker's (workers on several hosts disagree)."""
 FORGET_EXPIRED = """
 local function forget(index, under, now)
   local count = redis.call('ZCARD', index)
@@ -127,50 +136,56 @@ return {r[1], r[2], redis.call('HGET', KEYS[1], 'd')}
 """
 )
 SAVE_STATE = (
-    FORGET_EXPIRED
+    SERVER_TIME
+    + FORGET_EXPIRED
     + """
 local r = redis.call('HMGET', KEYS[1], 'v', 's')
 local stored = tonumber(r[1] or '0')
 local version = tonumber(ARGV[1])
 if stored == version and r[2] == ARGV[2] then return 1 end
 if stored ~= version - 1 then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2], 'd', ARGV[3], 'u', ARGV[4])
-local ttl = tonumber(ARGV[5])
+local now = server_time()
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 's', ARGV[2], 'd', ARGV[3], 'u', now)
+local ttl = tonumber(ARGV[4])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
-if ttl > 0 then forget(KEYS[2], ARGV[7], ARGV[4]) end
+redis.call('ZADD', KEYS[2], now, ARGV[5])
+if ttl > 0 then forget(KEYS[2], ARGV[6], now) end
 return 1
 """
 )
 ADD_RECORD = (
-    FORGET_EXPIRED
+    SERVER_TIME
+    + FORGET_EXPIRED
     + """
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
 redis.call('RPUSH', KEYS[1], ARGV[2])
-local ttl = tonumber(ARGV[4])
+local now = server_time()
+local ttl = tonumber(ARGV[3])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl); redis.call('PEXPIRE', KEYS[2], ttl) end
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[5])
-if ttl > 0 then forget(KEYS[3], ARGV[6], ARGV[3]) end
+redis.call('ZADD', KEYS[3], now, ARGV[4])
+if ttl > 0 then forget(KEYS[3], ARGV[5], now) end
 return 1
 """
 )
 OFFLOAD = (
     RENEW_OFFLOADS
+    + SERVER_TIME
     + FORGET_EXPIRED
     + """
+local now = server_time()
 for i = 1, 2 do
   local held = redis.call('HGET', KEYS[i], 'sha')
   if not held then
     redis.call('HSET', KEYS[i], 'sha', ARGV[1], 'data', ARGV[2], 'session', ARGV[3], 'call', ARGV[4])
   end
   if (not held) or held == ARGV[1] then
-    redis.call('SADD', KEYS[3], ARGV[6 + i])
-    redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3])
-    local ttl = tonumber(ARGV[6])
+    redis.call('SADD', KEYS[3], ARGV[5 + i])
+    redis.call('ZADD', KEYS[4], now, ARGV[3])
+    local ttl = tonumber(ARGV[5])
     if ttl > 0 then
       local left = redis.call('PTTL', KEYS[3])
-      if left >= ttl then redis.call('PEXPIRE', KEYS[i], left) else renew(KEYS[3], ttl, ARGV[9]) end
-      forget(KEYS[4], ARGV[10], ARGV[5])
+      if left >= ttl then redis.call('PEXPIRE', KEYS[i], left) else renew(KEYS[3], ttl, ARGV[8]) end
+      forget(KEYS[4], ARGV[9], now)
     end
     return i
   end
@@ -332,7 +347,7 @@ class RedisDatabase:
     def save_state(self, session_id: str, version: int, stamp: str, data: bytes) -> bool:
         keys = [self._key("state:", session_id), self._key("sessions:state")]
         sid = session_id.encode("utf-8", "surrogatepass")
-        args = [version, stamp, data, repr(time.time()), self.ttl_ms, sid, self._key(KEYS["state"])]
+        args = [version, stamp, data, self.ttl_ms, sid, self._key(KEYS["state"])]
         return bool(self._script("save_state", keys, args))
 
     # --- records -----------------------------------------------------------------------------
@@ -342,7 +357,6 @@ class RedisDatabase:
         args = [
             record_id,
             text.encode("utf-8"),
-            repr(time.time()),
             self.ttl_ms,
             session_id.encode("utf-8", "surrogatepass"),
             self._key(KEYS["records"]),
@@ -369,7 +383,7 @@ class RedisDatabase:
         ]
         sid = session_id.encode("utf-8", "surrogatepass")
         call = tool_call_id.encode("utf-8", "surrogatepass")
-        args = [sha, data, sid, call, repr(time.time()), self.ttl_ms, first, second]
+        args = [sha, data, sid, call, self.ttl_ms, first, second]
         args += [self._key("offload:"), self._key(KEYS["offloads"])]
         taken = int(self._script("offload", keys, args))
         return handles[taken - 1] if taken else None
