@@ -246,6 +246,7 @@ class PostgresDatabase:
     def _ready(self) -> Any:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
+                import psycopg
                 from psycopg_pool import ConnectionPool
 
                 timeout = self.settings.timeout
@@ -255,6 +256,14 @@ class PostgresDatabase:
                     DRIVER_LOGS.attach(self.secrets)
                     self._masking = True
                 self._pool = None
+                # One connection first: a server it cannot reach says why within ``timeout``, once
+                # (a pool that waited in vain says only that it waited, and learning why would
+                # mean waiting again).
+                try:
+                    psycopg.connect(self.dsn, **self._connection_settings()).close()
+                except psycopg.Error as exc:
+                    where = f"PostgreSQL {self.safe_dsn}"
+                    fail(where, exc, self.secrets, detail=self._unreachable(f"connecting: {exc}"))
                 pool = ConnectionPool(
                     self.dsn,
                     min_size=1,
