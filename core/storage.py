@@ -92,13 +92,16 @@ def expand_path(template: str, data_dir: str | os.PathLike[str]) -> Path:
     return Path(template.replace("{data_dir}", str(data_dir))).expanduser().absolute()
 
 
-def safe_name(value: str) -> str:
+def safe_name(value: str, *, folded: bool = False) -> str:
     """``value`` if it is a plain file name, else ``_`` and a hash of it: never a path.
 
     A plain name has letters, digits and ``_ . -``, at most 128 characters, starts with a letter
-    or a digit and holds no ``..``.
+    or a digit and holds no ``..``. With ``folded`` (a session's name, which other sessions' names
+    sit beside), a plain name has no upper-case letter either: on a case-insensitive file system
+    (macOS's and Windows' defaults) ``Alice`` and ``alice`` would name one file, and each session
+    would read the other's results, records and state.
     """
-    if _SAFE.fullmatch(value) and ".." not in value:
+    if _SAFE.fullmatch(value) and ".." not in value and not (folded and value != value.lower()):
         return value
     return "_" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
@@ -114,15 +117,17 @@ def listed_id(name: str, stored: object) -> str:
     """The session a plugin lists for its file or folder ``name``: the id stored with it when
     :func:`safe_name` makes ``name`` of it, else ``name`` itself (the id was lost, or names
     another file), under which it is listed and deleted."""
-    return stored if isinstance(stored, str) and safe_name(stored) == name else name
+    return stored if isinstance(stored, str) and safe_name(stored, folded=True) == name else name
 
 
 def lost_its_id(session_id: str, session_of: Callable[[str], str]) -> bool:
     """Whether ``session_id`` is the name of a hashed file or folder whose id is lost (listed under
     its own name by ``session_of``, a plugin's :func:`listed_id` of a name): what deleting that
-    session must remove besides ``safe_name(session_id)``."""
+    session must remove besides ``safe_name(session_id, folded=True)``."""
     return (
-        session_id != safe_name(session_id) and made_by_safe_name(session_id) and session_of(session_id) == session_id
+        session_id != safe_name(session_id, folded=True)
+        and made_by_safe_name(session_id)
+        and session_of(session_id) == session_id
     )
 
 

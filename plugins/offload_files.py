@@ -4,7 +4,8 @@ Path: ``{root}/{session}/{call}.txt``, root by default ``{data_dir}/tool_results
 ``{session}/{call}``. A tool call id that comes back with other text (some providers number calls
 per reply: ``call_0`` again and again) gets ``{call}.{hash}``: the first writer keeps the plain
 name, files are created exclusively, so two processes never overwrite each other's results. Session and tool-call ids come from outside: an id that is not a plain name
-is replaced by ``_`` and a hash of it, so no id can name a path outside the root, and nothing
+is replaced by ``_`` and a hash of it, so no id can name a path outside the root (so is a session
+id with an upper-case letter: no two sessions share a folder where letter case is ignored), and nothing
 under the root is followed if it is a symbolic link. Folders are owner-only (0700), files
 owner-only (0600) and written atomically; secrets are masked before anything is written. A
 session folder whose name is a hash (an id that is not a plain name) holds a ``.session_id`` file
@@ -75,7 +76,7 @@ class FileOffloader:
         """Where no link is followed from: the data folder, or the folder above ``root``."""
 
     def session_dir(self, session_id: str) -> Path:
-        return self.root / safe_name(session_id)
+        return self.root / safe_name(session_id, folded=True)
 
     def _store(self, session_id: str, tool_call_id: str, data: bytes, sha: str) -> tuple[Path, str]:
         """Where ``data`` is (or now is) kept: the plain name if it holds this text or is free,

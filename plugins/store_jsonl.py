@@ -55,7 +55,7 @@ class JsonlStore:
         """Where no link is followed from: the data folder, or the folder above ``directory``."""
 
     def path_for(self, session_id: str) -> Path:
-        return self.directory / f"{safe_name(session_id)}.jsonl"
+        return self.directory / f"{safe_name(session_id, folded=True)}.jsonl"
 
     @hookimpl
     def persist_record(self, record: CompactionRecord) -> None:

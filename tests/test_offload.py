@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -583,3 +584,28 @@ def test_an_offloaded_result_keeps_its_images_in_the_view(make_compactor):
     assert compactor.read_tool_result("test-session/call_0").startswith(filler(6000, "page"))
     arrived = compactor.offload_tool_result({"role": "tool", "tool_call_id": "new", "content": history[3]["content"]})
     assert arrived["content"][1:] == [image]
+
+
+def test_sessions_whose_ids_differ_only_in_letter_case_never_share_a_file(make_compactor, tmp_path):
+    """On a case-insensitive file system (macOS's and Windows' defaults) ``Alice`` and ``alice``
+    would name one folder, one state file and one records file: each session would read the
+    other's results (through its own read tool), records and state. Their names differ in more
+    than letter case, so no two of their files are one file there."""
+    history = build_history([5000] * 12)
+    compactor = make_compactor(context_window=window_for(history, 0.85), plugins={"state": "state-files"})
+    owners = ("Alice", "alice", "ALICE")
+    handles = {}
+    for owner in owners:
+        message = {"role": "tool", "tool_call_id": "call_1", "content": f"{owner}'s payroll\n" + "row\n" * 4000}
+        handles[owner] = re.search(r"Handle: (\S+)\]", compactor.offload_tool_result(message, owner)["content"])[1]
+        compactor.compact_with_record(history, owner)
+    names = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.name != "config.yaml"]
+    assert len({n.lower() for n in names}) == len(names), sorted(names)
+    for owner in owners:
+        assert compactor.read_tool_result(handles[owner], (1, 1), session_id=owner) == f"{owner}'s payroll"
+        for other in owners:
+            if other != owner:  # the other's handle, as a case-insensitive file system reads it
+                for handle in (handles[other], handles[other].lower(), handles[other].upper()):
+                    with pytest.raises(CompactorError):
+                        compactor.read_tool_result(handle, session_id=owner)
+    assert {s.session_id for s in compactor.sessions()} >= {"Alice", "alice", "ALICE"}

@@ -50,7 +50,7 @@ def _name(session_id: str) -> str:
     """The file name a session is kept under: a hashed name that a plugin listed as the session
     (its id was lost) is its own."""
     hashed = session_id.startswith("_") and made_by_safe_name(session_id)
-    return session_id if hashed else safe_name(session_id)
+    return session_id if hashed else safe_name(session_id, folded=True)
 
 
 def printable(session_id: str) -> str:
