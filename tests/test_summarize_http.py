@@ -906,10 +906,15 @@ def test_a_password_in_base_url_never_leaks(fake, tmp_path, caplog, protocol, mo
         assert password not in text, f"the URL's password leaked into {where}"
 
 
-def test_a_bad_base_url_is_reported_without_its_password(tmp_path):
+@pytest.mark.parametrize(
+    "base_url",
+    ["ftp://agent:PROXY-pw-7f3a9c1e5b2d@proxy.example/v1", "agent:PROXY-pw-7f3a9c1e5b2d@proxy.example:8080/v1"],
+    ids=["another-scheme", "no-scheme"],
+)
+def test_a_bad_base_url_is_reported_without_its_password(tmp_path, base_url):
     with pytest.raises(ConfigError) as info:
-        make("ftp://agent:PROXY-pw-7f3a9c1e5b2d@proxy.example/v1", "openai", tmp_path)
-    assert "PROXY-pw-7f3a9c1e5b2d" not in str(info.value)
+        make(base_url, "openai", tmp_path)
+    assert "PROXY-pw-7f3a9c1e5b2d" not in str(info.value) and "agent:***@proxy.example" in str(info.value)
     assert "base_url must start with http:// or https://" in str(info.value)
     assert "@ $.config.summarize-openai.base_url" in str(info.value)
 

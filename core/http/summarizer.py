@@ -25,6 +25,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import threading
 import time
 from typing import Any, AsyncGenerator, ClassVar, Mapping
@@ -37,7 +38,7 @@ from ..hookspecs import hookimpl
 from ..messages import as_sent, message_to_dict
 from ..models import SummaryRequest, SummaryResult
 from ..plugin_manager import PluginContext
-from ..redaction import SecretRegistry, mask_passwords, redact_data
+from ..redaction import PASSWORD_MASK, SecretRegistry, mask_passwords, redact_data
 from .prompt import (
     CHARS_PER_TOKEN,
     MAX_MESSAGE_CHARS,
@@ -148,6 +149,17 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_USERINFO = re.compile(r"^([^:/@\s]*):[^/@\s]+@")
+"""``user:password@`` at the start of a base URL written without its scheme, where neither a URL
+parser nor :func:`~progressive_compactor.redaction.mask_passwords` finds a password."""
+
+
+def _shown_url(base_url: str) -> str:
+    """``base_url`` as an error message may quote it: its password masked, scheme or none."""
+    shown = mask_passwords(base_url)
+    return shown if "://" in shown else _USERINFO.sub(rf"\1:{PASSWORD_MASK}@", shown)
+
+
 def endpoint(base_url: str, path: str) -> tuple[str, str | None]:
     """The URL to post to, ``path`` added to ``base_url``'s path (its query, an Azure
     ``api-version``, stays after it), and the ``Authorization`` value of the credentials written
@@ -224,7 +236,7 @@ class HttpSummarizer:
         scheme = urlsplit(c.base_url).scheme
         if scheme not in ("http", "https"):
             problems.append(
-                f"base_url must start with http:// or https://, got {mask_passwords(c.base_url)!r} @ {where}.base_url"
+                f"base_url must start with http:// or https://, got {_shown_url(c.base_url)!r} @ {where}.base_url"
             )
         if not c.model:
             problems.append(f"model must name the model to call @ {where}.model")
