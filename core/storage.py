@@ -39,6 +39,8 @@ from .errors import StorageError
 DATA_DIR_ENV = "COMPACTOR_DATA_DIR"
 APP_NAME = "progressive-compactor"
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_DEVICE = re.compile(r"(?i)(?:con|prn|aux|nul|com[0-9]|lpt[0-9])(?:\..*)?")
+"""Names Windows keeps for its devices in every folder, with any extension (``nul.txt``)."""
 _HASHED = re.compile(r"_[0-9a-f]{40}")
 _LEFTOVER = re.compile(r"\.tmp-[0-9a-f]{16}|\..+\.tmp-[a-z0-9_]{8}")
 """The temporary files of :func:`write_private` and :func:`create_private` (``.tmp-`` and 16 hex
@@ -96,21 +98,30 @@ def safe_name(value: str, *, folded: bool = False) -> str:
     """``value`` if it is a plain file name, else ``_`` and a hash of it: never a path.
 
     A plain name has letters, digits and ``_ . -``, at most 128 characters, starts with a letter
-    or a digit and holds no ``..``. With ``folded`` (a session's name, which other sessions' names
-    sit beside), a plain name has no upper-case letter either: on a case-insensitive file system
-    (macOS's and Windows' defaults) ``Alice`` and ``alice`` would name one file, and each session
-    would read the other's results, records and state.
+    or a digit, holds no ``..``, does not end with ``.`` and is not a name Windows keeps for a
+    device (``nul``, ``con.txt``): there, ``abc.`` is ``abc`` and ``nul.txt`` the null device.
+    With ``folded`` (a session's name, which other sessions' names sit beside), a plain name has
+    no upper-case letter either: on a case-insensitive file system (macOS's and Windows'
+    defaults) ``Alice`` and ``alice`` would name one file, and each session would read the
+    other's results, records and state.
     """
-    if _SAFE.fullmatch(value) and ".." not in value and not (folded and value != value.lower()):
+    if (
+        _SAFE.fullmatch(value)
+        and ".." not in value
+        and not value.endswith(".")
+        and not _DEVICE.fullmatch(value)
+        and not (folded and value != value.lower())
+    ):
         return value
     return "_" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 def made_by_safe_name(name: str) -> bool:
-    """Whether :func:`safe_name` could have made ``name``: a plain name, or ``_`` and 40 hex
-    digits. A plugin lists and deletes only such files and folders: anything else in its folder
-    was put there by someone else."""
-    return safe_name(name) == name or _HASHED.fullmatch(name) is not None
+    """Whether :func:`safe_name`, of this version or an earlier one, could have made ``name``: a
+    plain name, or ``_`` and 40 hex digits. A plugin lists and deletes only such files and
+    folders: anything else in its folder was put there by someone else."""
+    plain = _SAFE.fullmatch(name) is not None and ".." not in name
+    return plain or _HASHED.fullmatch(name) is not None
 
 
 def listed_id(name: str, stored: object) -> str:

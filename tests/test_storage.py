@@ -41,13 +41,19 @@ from timeouts import no_hang
 # --- names ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["s1", "ticket-42", "call_0", "a.b-c_d", "x" * 128])
+@pytest.mark.parametrize("value", ["s1", "ticket-42", "call_0", "a.b-c_d", "x" * 128, "console", "com10", "nul_1"])
 def test_a_plain_name_is_kept(value):
     assert safe_name(value) == value
 
 
 @pytest.mark.parametrize(
-    "value", ["", ".", "..", "a/b", "../../etc", "/abs", "x\x00y", "-rf", "a..b", "x" * 129, "C:\\evil"]
+    "value",
+    [
+        *["", ".", "..", "a/b", "../../etc", "/abs", "x\x00y", "-rf", "a..b", "x" * 129, "C:\\evil"],
+        # Windows drops a name's trailing dot (``abc.`` is ``abc``) and keeps device names in
+        # every folder, with any extension (``nul.txt`` is the null device)
+        *["abc.", "nul", "NUL", "con", "aux", "prn", "com1", "LPT9", "nul.txt", "Con.json"],
+    ],
 )
 def test_any_other_name_becomes_a_hash(value):
     name = safe_name(value)
