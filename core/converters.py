@@ -13,6 +13,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import typing
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -25,6 +26,7 @@ from cattrs.v import format_exception, transform_error
 
 from .errors import ConfigError
 from .models import AnchorType, CompactionRecord, CompactionTier, SessionState
+from .redaction import secret_setting
 
 T = TypeVar("T")
 log = logging.getLogger("progressive_compactor")
@@ -157,6 +159,21 @@ def _with_field(line: str) -> str:
     return f"{message} @ {path}.{field}"
 
 
+_PATH_KEY = re.compile(r"""\.([^.\[\]]+)|\[('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[0-9]+)\]""")
+"""A key of a path ``transform_error`` writes: ``.name``, ``['name']`` or ``[0]``."""
+
+
+def _no_secret(problem: str) -> str:
+    """``problem`` without the value it quotes when its path names a secret setting
+    (:func:`~progressive_compactor.redaction.secret_setting`: an ``extra_headers`` entry, an
+    ``api_key``): ``expected str, got int 8723... @ $...`` says ``got int`` alone."""
+    message, at, path = problem.rpartition(" @ ")
+    keys = [name or quoted[1:-1] for name, quoted in _PATH_KEY.findall(path)]
+    if at and keys and secret_setting(keys[-1], keys[-2] if len(keys) > 1 else ""):
+        message = re.sub(r"(, got [\w.]+) .*", r"\1", message, flags=re.DOTALL)
+    return f"{message}{at}{path}"
+
+
 def structure_config(data: Any, cls: type[T], path: str = "$") -> T:
     """Structure ``data`` into ``cls``; raise :class:`ConfigError` with one line per problem."""
     if data is None and attrs.has(cls):  # an empty block in YAML is null
@@ -165,7 +182,7 @@ def structure_config(data: Any, cls: type[T], path: str = "$") -> T:
         return config_converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:
         lines = transform_error(exc, path=path, format_exception=_format)
-        raise ConfigError([p for line in lines for p in _lines(line)]) from exc
+        raise ConfigError([_no_secret(p) for line in lines for p in _lines(line)]) from exc
     except ConfigError:
         raise
     except SettingError as exc:

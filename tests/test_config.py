@@ -418,3 +418,25 @@ def test_cache_aware_runs_the_thresholds_it_configures():
     config = load_config("cache-aware")
     assert config.plugins.policy == "policy-thresholds"
     assert config.plugin_block("policy-thresholds")["soft"] == config.plugin_block("policy-thresholds")["full"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"X-Api-Key": 8723467823648723}, {"Authorization": ["Bearer", "tok9876543210"]}, {"x-token": {"k": 55512349876}}],
+    ids=["number", "list", "mapping"],
+)
+def test_a_header_of_the_wrong_type_is_named_without_its_value(tmp_path, headers):
+    """An ``extra_headers`` value is a secret whatever its name (an unquoted numeric key is a
+    number in YAML): the error names the header and the type it should be, never the value."""
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            "default",
+            data_dir=str(tmp_path),
+            plugins={"summarizer": "summarize-openai"},
+            config={"summarize-openai": {"extra_headers": headers}},
+        )
+    text = str(info.value)
+    name = next(iter(headers))
+    assert f"extra_headers[{name!r}]" in text and "expected str" in text
+    for secret in ("8723467823648723", "tok9876543210", "55512349876"):
+        assert secret not in text
