@@ -18,11 +18,12 @@ config turns them off.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, quote_plus, unquote
 
 import attrs
 
@@ -45,9 +46,13 @@ class SecretRegistry:
             self.add(value)
 
     def add(self, value: str | None) -> None:
-        """Register ``value`` (shorter than :data:`MIN_SECRET` characters: ignored)."""
+        """Register ``value`` (shorter than :data:`MIN_SECRET` characters: ignored), as it is and
+        as JSON and URLs write it (a quote or a backslash escaped, a symbol percent-encoded): a
+        tool result that is JSON or a URL holds it so."""
         if value and len(value) >= MIN_SECRET and value not in self._values:
-            self._values.append(value)
+            for form in (value, *_written(value)):
+                if form not in self._values:
+                    self._values.append(form)
             pieces = set()
             for secret in self._values:
                 key = secret.lower()
@@ -89,6 +94,14 @@ class SecretRegistry:
                 spans += _prefix_spans(lowered, key, piece)
                 spans += _suffix_spans(lowered, key, piece)
         return spans
+
+
+def _written(value: str) -> list[str]:
+    """The other forms in which text may hold ``value``: JSON-escaped (``ensure_ascii`` or not)
+    and percent-encoded (``%20`` or ``+`` for a space)."""
+    forms = [json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]]
+    forms += [quote(value, safe=""), quote_plus(value, safe="")]
+    return [form for form in dict.fromkeys(forms) if form != value]
 
 
 def _lowered(text: str) -> str:

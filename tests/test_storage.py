@@ -16,6 +16,7 @@ from progressive_compactor import storage
 from progressive_compactor.converters import read_records_file
 from progressive_compactor.errors import StorageError
 from progressive_compactor.models import Anchor, AnchorType
+from progressive_compactor.plugin import PLACEHOLDER_PREFIX
 from progressive_compactor.redaction import (
     MASK,
     SecretRegistry,
@@ -384,6 +385,27 @@ def test_a_secret_is_masked_in_any_letter_case():
     assert secrets.redact(f"Authorization: Bearer {KEY}") == f"Authorization: Bearer {MASK}"
     assert secrets.redact(KEY.upper()) == MASK
     assert secrets.redact("nothing to hide") == "nothing to hide"
+
+
+@pytest.mark.parametrize("secret", ['p@ss/w0rd!"x', "sh\\rt+pw=12", "clé-secrète/42"])
+def test_a_secret_is_masked_json_escaped_and_url_encoded(secret, make_compactor):
+    """A password with a quote, a backslash or a symbol in a tool result that is JSON (``docker
+    inspect``, a config file) or a URL (a query string) is written escaped or percent-encoded:
+    masked in every such form, and never written so to an offloaded file."""
+    from urllib.parse import quote, quote_plus
+
+    forms = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], quote(secret, safe="")}
+    forms |= {quote_plus(secret), quote(secret, safe="").lower()}
+    secrets = SecretRegistry([secret], patterns=False)
+    for form in forms:
+        assert secrets.redact(f"x {form} y") == f"x {MASK} y", form
+    compactor = make_compactor(tool_result_threshold=100)
+    compactor.secrets.add(secret)
+    text = json.dumps({"Env": [f"DB_PASSWORD={secret}"], "url": f"https://db/?pw={quote(secret)}"}) + "\n" * 200
+    placeholder = compactor.offload_tool_result({"role": "tool", "tool_call_id": "c1", "content": text})
+    kept = compactor.read_tool_result("test-session/c1")
+    assert PLACEHOLDER_PREFIX in placeholder["content"] and kept.count(MASK) == 2
+    assert not [form for form in forms if form.lower() in kept.lower()]
 
 
 def test_a_start_or_an_end_of_a_secret_cut_by_truncation_is_masked():
