@@ -65,6 +65,20 @@ def agent_with(model, processor, **kwargs) -> Agent:
     return Agent(model, history_processors=[processor], **kwargs)
 
 
+def tool_rounds(count: int) -> list[Any]:
+    """``count`` rounds of a bash call and its 3,000-character result, as Pydantic AI messages."""
+    from progressive_compactor.testing import build_history
+
+    rounds: list[Any] = []
+    for m in build_history([3000] * count, system=None)[1:]:
+        if m["role"] == "assistant":
+            c = m["tool_calls"][0]
+            rounds.append(ModelResponse(parts=[ToolCallPart("bash", c["function"]["arguments"], tool_call_id=c["id"])]))
+        else:
+            rounds.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
+    return rounds
+
+
 def text_of(part) -> str:
     if isinstance(part, (SystemPromptPart, TextPart)):
         return part.content
@@ -360,14 +374,7 @@ def test_usage_anchors_the_session(make_compactor):
     processor = history_processor(compactor, on_record=records.append, session_id="u")
     agent = agent_with(FunctionModel(replayer), processor)
     history: list[Any] = [ModelRequest(parts=[UserPromptPart(build_history([1], system=None)[0]["content"])])]
-    for m in build_history([3000] * 12, system=None)[1:]:
-        if m["role"] == "assistant":
-            c = m["tool_calls"][0]
-            history.append(
-                ModelResponse(parts=[ToolCallPart("bash", c["function"]["arguments"], tool_call_id=c["id"])])
-            )
-        else:
-            history.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
+    history += tool_rounds(12)
     first = agent.run_sync("go on", message_history=history)
     agent.run_sync("and now?", message_history=processor.full_history("u", first.all_messages()))
     assert (records[0].token_correction, records[0].token_offset) == (1.0, 0)
@@ -474,22 +481,13 @@ def test_the_pinned_request_keeps_its_image(make_compactor):
     gets is still the user's own, its screenshot included, not its text alone."""
     from pydantic_ai import BinaryContent
 
-    from progressive_compactor.testing import build_history
-
     records: list[Any] = []
     compactor = make_compactor("default", context_window=16_000)
     replayer = Replayer(None, 16_000)
     processor = history_processor(compactor, session_id="u", on_record=records.append)
     image = BinaryContent(data=b"\x89PNG" + bytes(40), media_type="image/png")
     history: list[Any] = [ModelRequest(parts=[UserPromptPart(["Fix the parser bug in this screenshot.", image])])]
-    for m in build_history([3000] * 14, system=None)[1:]:
-        if m["role"] == "assistant":
-            c = m["tool_calls"][0]
-            history.append(
-                ModelResponse(parts=[ToolCallPart("bash", c["function"]["arguments"], tool_call_id=c["id"])])
-            )
-        else:
-            history.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
+    history += tool_rounds(14)
     agent_with(FunctionModel(replayer), processor).run_sync("go on", message_history=history)
     assert records[-1].tier is not CompactionTier.NONE
     first = replayer.requests[-1][0].parts[0]
@@ -545,7 +543,6 @@ def test_several_system_prompts_stay_system_prompts(make_compactor):
     """An agent with several system prompts (a static one and a decorated one, say) gets each
     back as the system prompt it is, the very part, never made a user message; across a
     compaction too."""
-    from progressive_compactor.testing import build_history
 
     records: list[Any] = []
     compactor = make_compactor("default", context_window=16_000)
@@ -554,14 +551,7 @@ def test_several_system_prompts_stay_system_prompts(make_compactor):
     agent = agent_with(FunctionModel(replayer), processor, system_prompt=("You are a careful bot.", "Be terse."))
     first = agent.run_sync("hello")
     history = first.all_messages()
-    for m in build_history([3000] * 14, system=None)[1:]:
-        if m["role"] == "assistant":
-            c = m["tool_calls"][0]
-            history.append(
-                ModelResponse(parts=[ToolCallPart("bash", c["function"]["arguments"], tool_call_id=c["id"])])
-            )
-        else:
-            history.append(ModelRequest(parts=[ToolReturnPart("bash", m["content"], tool_call_id=m["tool_call_id"])]))
+    history += tool_rounds(14)
     agent.run_sync("go on", message_history=history)
     assert records[0].tier is CompactionTier.NONE and records[-1].tier is not CompactionTier.NONE
     assert all(r.repaired_tool_pairs == 0 for r in records)
