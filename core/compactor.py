@@ -141,7 +141,7 @@ class ProgressiveCompactor:
         try:
             entry = self.hooks.offload(m, sid, self.config.tool_result_threshold)
         except Exception as exc:  # noqa: BLE001 - fail-open
-            log.warning("offloading tool result %s failed: %s", m.tool_call_id, self.secrets.redact(str(exc)))
+            log.warning("offloading a tool result failed: %s", self.secrets.redact(f"{m.tool_call_id}: {exc}"))
             return dict(message)
         if entry is None:
             return dict(message)

@@ -355,7 +355,12 @@ def test_the_offload_hook_is_fail_open_too(make_compactor, tmp_path, caplog):
     compactor = make_compactor(config={"offload-files": {"root": str(blocker)}})
     message = {"role": "tool", "tool_call_id": "c1", "content": "x" * 20_000, "custom": 1}
     assert compactor.offload_tool_result(message) == message
-    assert "offloading tool result c1 failed" in caplog.text
+    assert "offloading a tool result failed: c1: " in caplog.text
+    key = "hunter2-registered-secret"  # an id comes from outside: even one holding a key is masked
+    compactor.secrets.add(key)
+    leaky = {**message, "tool_call_id": f"call_{key}"}
+    assert compactor.offload_tool_result(leaky) == leaky
+    assert key not in caplog.text and "offloading a tool result failed: call_[REDACTED]" in caplog.text
 
 
 # --- offload as a result arrives ---------------------------------------------------------------

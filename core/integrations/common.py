@@ -117,7 +117,8 @@ class Compaction:
         try:
             self.compactor.observe_usage(outcome.session_id, int(input_tokens))
         except Exception as exc:  # noqa: BLE001 - usage is advice: never break the run for it
-            log.warning("reporting usage for session %s failed: %s", outcome.session_id, exc)
+            redact = self.compactor.secrets.redact
+            log.warning("reporting usage for session %s failed: %s", redact(outcome.session_id), redact(str(exc)))
 
     def _done(self, view: list[dict[str, Any]], record: CompactionRecord, session_id: str) -> Outcome:
         outcome = Outcome(view, record, session_id)
@@ -138,7 +139,7 @@ class Compaction:
         try:
             self.compactor.hooks.persist_record(record)
         except Exception as store_exc:  # noqa: BLE001 - the stores are fail-open too
-            log.warning("storing the failure record failed: %s", store_exc)
+            log.warning("storing the failure record failed: %s", self.compactor.secrets.redact(str(store_exc)))
         self._publish(record)
         return Outcome(list(history), record, session_id, failed=True)
 
