@@ -611,7 +611,7 @@ def test_an_offloaded_tool_output_keeps_the_images_the_tool_returned(make_compac
             return ModelResponse(output=[call], usage=usage, response_id=None)
 
     records: list[Any] = []
-    compactor = make_compactor(context_window=24_000)
+    compactor = make_compactor(context_window=32_000)
     model = Pager()
     compaction = call_model_input_filter(compactor, on_record=records.append, session_id="u")
     agent = Agent(name="a", instructions="Read what you are asked to.", model=model, tools=[tool])
@@ -620,3 +620,22 @@ def test_an_offloaded_tool_output_keeps_the_images_the_tool_returned(make_compac
     outputs = [x["output"] for x in model.inputs[-1] if x.get("type") == "function_call_output"]
     assert len(outputs) == 5 and any("Tool result offloaded" in json.dumps(o) for o in outputs)
     assert all(isinstance(o, list) and image in o for o in outputs), outputs
+
+
+def test_the_images_a_function_returned_are_counted():
+    """A function's output of text and a screenshot sends both: the screenshot counts as an
+    image, as a prompt's does, not as nothing."""
+    from progressive_compactor.messages import IMAGE_CHARS, char_count, message_from_dict
+
+    image = {"type": "input_image", "image_url": "https://example.com/page.png"}
+    text = {"type": "input_text", "text": "page 1"}
+    items = [
+        {"role": "user", "content": "read the page"},
+        {"type": "function_call", "call_id": "p1", "name": "page", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "p1", "output": [text, image]},
+    ]
+    result = to_dicts(items)[-1]
+    assert result["role"] == "tool"
+    assert char_count(message_from_dict(result)) == len("page 1") + IMAGE_CHARS
+    plain = to_dicts([*items[:2], {**items[2], "output": [text]}])[-1]
+    assert plain["content"] == "page 1"  # text alone stays a string

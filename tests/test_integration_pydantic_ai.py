@@ -600,3 +600,27 @@ def test_system_prompts_too_long_for_the_window_are_cut_as_one(make_compactor):
     assert len(system) == 1 and MARKER.strip() in system[0].content
     assert system[0].content.startswith("You are a careful bot.") and system[0].content.rstrip().endswith("Be terse.")
     assert not any("[System message]" in text_of(p) for m in request for p in m.parts)
+
+
+@pytest.mark.skipif(MAJOR < 2, reason="Pydantic AI 1.x moves a tool's files to a user prompt of their own")
+def test_the_files_a_tool_returned_are_counted():
+    """A tool's return of text and a screenshot sends both (2.x keeps the screenshot on the
+    return): it counts as an image, as a prompt's does, not as nothing."""
+    from pydantic_ai import BinaryContent
+
+    from progressive_compactor.messages import IMAGE_CHARS, char_count, message_from_dict
+
+    image = BinaryContent(data=b"\x89PNG" + bytes(40), media_type="image/png")
+
+    def model(messages: list, info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("page", {"n": 1}, tool_call_id="p1")])
+        return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
+
+    def page(n: int) -> list[Any]:
+        """A page: its text and a screenshot."""
+        return [f"page {n}", image]
+
+    result = Agent(FunctionModel(model), tools=[page]).run_sync("read the page")
+    (returned,) = [d for d in to_dicts(result.all_messages()) if d["role"] == "tool"]
+    assert char_count(message_from_dict(returned)) >= IMAGE_CHARS + len("page 1")

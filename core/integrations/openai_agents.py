@@ -90,6 +90,13 @@ def _text(content: Any) -> str:
     return "".join(texts)
 
 
+def _output_content(output: Any) -> Any:
+    """A function's list output as chat content: its text, then its images and files (sized:
+    they are sent too), or its text alone when it has nothing else."""
+    others = [part for part in _content(output) if part.get("type") != "text"]
+    return [{"type": "text", "text": _text(output)}, *others] if others else _text(output)
+
+
 def _content(content: Any) -> Any:
     """Message content as chat content: a string, or a list of parts (text kept, others sized)."""
     if isinstance(content, str):
@@ -139,7 +146,7 @@ def to_dicts(items: Sequence[Any], instructions: str | None = None) -> list[dict
                 {
                     "role": "tool",
                     "tool_call_id": data.get("call_id") or "",
-                    "content": _text(output) if not isinstance(output, str) else output,
+                    "content": output if isinstance(output, str) else _output_content(output),
                     SOURCE: [item],
                 }
             )

@@ -102,8 +102,11 @@ def request_part_dict(message: ModelRequest, index: int) -> dict[str, Any]:
         data = {"role": "system", "content": part.content}
     elif isinstance(part, UserPromptPart):
         data = {"role": "user", "content": _user_content(part.content)}
-    elif isinstance(part, ToolReturnPart):
-        data = {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response_str()}
+    elif isinstance(part, ToolReturnPart):  # the files a tool returned beside its text (2.x) are sent too
+        files = getattr(part, "files", None) or []
+        text = part.model_response_str()
+        content: Any = [{"type": "text", "text": text}, *_user_content(files)] if files else text
+        data = {"role": "tool", "tool_call_id": part.tool_call_id, "content": content}
     elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
         data = {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response()}
     elif isinstance(part, RetryPromptPart):
