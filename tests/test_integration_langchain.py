@@ -428,3 +428,54 @@ def test_an_offloaded_tool_result_keeps_the_images_the_tool_returned(make_compac
     results = [m["content"] for request in model.requests for m in request if m["role"] == "tool"]
     assert any("Tool result offloaded" in json.dumps(r) for r in results)
     assert all(isinstance(r, list) and image in r for r in results), results
+
+
+def test_anthropic_tool_use_blocks_are_not_counted_twice(make_compactor):
+    """ChatAnthropic's AI message carries each tool call twice, as a ``tool_use`` block of its
+    content and in ``tool_calls``: a call that writes a large file counts once, as Anthropic bills
+    it, in the agent's own loop as when converted alone."""
+    from langchain_core.tools import tool
+
+    from progressive_compactor.messages import char_count, message_from_dict
+
+    body = "x = 1\n" * 3000
+
+    class AnthropicStyle(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            result = super()._generate(messages, stop, run_manager, **kwargs)
+            message = result.generations[0].message
+            blocks = [
+                {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]} for c in message.tool_calls
+            ]
+            if blocks:
+                message.content = [{"type": "text", "text": "Writing."}, *blocks]
+            return result
+
+    @tool
+    def write(path: str, content: str) -> str:
+        """Write a file."""
+        return f"wrote {len(content)} characters to {path}"
+
+    runs = {}
+    for name, model_class in (("plain", ScriptedModel), ("anthropic", AnthropicStyle)):
+        records: list[Any] = []
+        reply = {
+            "content": "Writing.",
+            "tool_calls": [
+                {"id": "w1", "function": {"name": "write", "arguments": json.dumps({"path": "a.py", "content": body})}}
+            ],
+        }
+        model = model_class(requests=[], replies=[reply])
+        middleware = CompactionMiddleware(
+            make_compactor(context_window=200_000), session_id="s", on_record=records.append
+        )
+        create_agent(model, tools=[write], middleware=[middleware]).invoke({"messages": [HumanMessage("write a.py")]})
+        runs[name] = records[-1].tokens_before
+    assert abs(runs["anthropic"] - runs["plain"]) < 50, runs
+    calls = [{"name": "write", "args": {"path": "a.py", "content": body}, "id": "w1", "type": "tool_call"}]
+    content = [
+        {"type": "text", "text": "Writing."},
+        {"type": "tool_use", "id": "w1", "name": "write", "input": calls[0]["args"]},
+    ]
+    data = to_dict(AIMessage(content=content, tool_calls=calls))
+    assert char_count(message_from_dict(data)) < len(json.dumps(body)) + 200  # the arguments once

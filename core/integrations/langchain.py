@@ -92,6 +92,11 @@ def to_dict(message: BaseMessage) -> dict[str, Any]:
     elif isinstance(message, HumanMessage):
         data = {"role": "user", "content": content}
     elif isinstance(message, AIMessage):
+        ids = {call.get("id") for call in message.tool_calls}
+        if isinstance(content, list) and ids:  # Anthropic's tool_use blocks: the tool calls again
+            content = [
+                p for p in content if not (isinstance(p, dict) and p.get("type") == "tool_use" and p.get("id") in ids)
+            ]
         data = {"role": "assistant", "content": content}
         calls = [
             {
