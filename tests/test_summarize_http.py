@@ -412,7 +412,7 @@ def test_a_connection_reset_mid_body_is_retried_and_says_what_happened(fake, tmp
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("status", [429, 503, 500, 529])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_retry_after_is_honoured(fake, tmp_path, protocol, status, mode):
     fake.push(Behaviour("status", status=status, retry_after="0.2"))

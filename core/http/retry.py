@@ -14,8 +14,8 @@ Policy:
   reply) ends after the connect and the read timeout together, or when the deadline passes: a
   reply that trickles in, a byte now and then, never trips the read timeout, which limits each
   read of the socket; such an attempt fails with a reply timeout and is retried;
-- between attempts: exponential backoff with jitter, or exactly what ``Retry-After`` says on a 429
-  or 503 (seconds or an HTTP date);
+- between attempts: exponential backoff with jitter, or exactly what ``Retry-After`` says on any
+  status that is retried (seconds or an HTTP date), as the providers' own clients do;
 - any other 4xx, a request the HTTP client refuses to send, and every problem with the reply's
   content, fail at once: asking again would get the same answer.
 
@@ -43,7 +43,6 @@ T = TypeVar("T")
 
 RETRYABLE_STATUSES = frozenset({408, 429})
 """Besides every 5xx: request timeout and rate limit."""
-RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 
 @attrs.frozen
@@ -248,7 +247,7 @@ def exchange(
                 raise SummarizerError(f"transport gave {type(outcome).__name__}, not a response")
             failure = status_error(outcome, describe)
             if failure is not None:
-                if outcome.status in RETRY_AFTER_STATUSES:
+                if failure.retryable:  # a 500 or Anthropic's 529 may say how long too
                     retry_after = parse_retry_after(outcome.headers.get("retry-after"))
                 raise failure
             return parse(outcome)
