@@ -38,6 +38,7 @@ KINDS = (
     "status",
     "malformed",
     "missing",
+    "error200",
     "empty",
     "length",
     "refused",
@@ -57,7 +58,8 @@ class Behaviour:
     """What the server does with one request.
 
     ``ok`` a good summary; ``status`` an error status (``retry_after`` sets the header);
-    ``malformed`` a cut-off JSON body; ``missing`` JSON without the reply fields; ``empty`` an
+    ``malformed`` a cut-off JSON body; ``missing`` JSON without the reply fields; ``error200`` an
+    error body with 200 OK (as some proxies send); ``empty`` an
     empty reply; ``length`` a reply stopped by the token limit; ``refused`` the start of a
     summary stopped by the provider's safety system (OpenAI's ``content_filter``, Anthropic's
     ``refusal``); ``window`` (Anthropic) the start of a summary stopped because the model's
@@ -190,6 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if b.kind == "malformed":
             self._send_raw(200, b'{"id": "x", "choices": [{"message": {"content": "## User')
+            return
+        if b.kind == "error200":  # a proxy that answers an upstream failure with 200 OK
+            self._send(200, {"error": {"message": "upstream model unavailable", "type": "proxy_error"}})
             return
         if b.kind == "missing":
             self._send(

@@ -307,6 +307,7 @@ FAULTS = [
     # (id, behaviours queued, requests expected, cause expected in the summarizer's failure)
     ("malformed-json", [Behaviour("malformed")], 1, "malformed JSON in the reply"),
     ("missing-fields", [Behaviour("missing")], 1, "missing field"),
+    ("error-in-200", [Behaviour("error200")], 1, "the reply is an error, not a summary: upstream model unavailable"),
     ("empty-reply", [Behaviour("empty")], 1, "empty reply"),
     ("cut-off", [Behaviour("length")], 1, "reply cut off by the token limit"),
     ("refused", [Behaviour("refused")], 1, "reply refused or filtered by the provider"),

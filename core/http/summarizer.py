@@ -330,7 +330,10 @@ class HttpSummarizer:
     def parse(self, request: SummaryRequest, response: HttpResponse) -> SummaryResult:
         """Check a 2xx reply; each way it can be unusable has its own cause. A rejected reply's
         usage goes with the failure: the provider bills it all the same."""
-        reply = self.read_reply(decode_json(response.body))
+        data = decode_json(response.body)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):  # a proxy's error, sent as 200 OK
+            raise SummarizerError(f"the reply is an error, not a summary: {provider_message(response.body)}")
+        reply = self.read_reply(data)
 
         def rejected(cause: str) -> SummarizerError:
             return SummarizerError(
