@@ -8,7 +8,9 @@ a marker) to the budget's room or half of what the window has left, whichever is
 further only if the window demands it. When the pinned messages alone are over the budget they
 are shortened too: the user's pinned request and the compaction message share what the system
 message leaves (the shorter stays whole, the longer are cut to the same size), then the compaction
-message first, the system message last. A line that names an offloaded result's handle, and a
+message first, the system message last, but each of the two keeps an eighth of the budget (or all
+of itself) while the system message can be cut instead: a long system prompt at a small window
+never takes the user's request out of the view. A line that names an offloaded result's handle, and a
 bracketed first line such as ``[Context Compaction]``, is never cut. The result never separates a
 tool call from its results.
 """
@@ -24,6 +26,9 @@ from progressive_compactor.plugin import Message, hookimpl, is_split_point, repl
 
 Estimate = Callable[[Sequence[Message]], list[int]]
 MARKER = "\n[... truncated to fit the context window ...]\n"
+PINNED_SHARE = 8
+"""The user's pinned request and the compaction message each keep ``1/PINNED_SHARE`` of the
+budget (or all of themselves, when shorter) while the system message can be cut instead."""
 
 
 def groups(messages: Sequence[Message]) -> list[list[Message]]:
@@ -149,13 +154,17 @@ class TokenBudgetFallback:
                 if counts[i] > level:
                     head[i] = shorten(head[i], level, estimate)
                     counts[i] = estimate([head[i]])[0]
-        order = list(range(len(head) - 1, -1, -1))  # then the compaction message first, system last
-        for i in order:
-            over = sum(counts) - budget
-            if over <= 0:
-                break
-            head[i] = shorten(head[i], max(counts[i] - over, 0), estimate)
-            counts[i] = estimate([head[i]])[0]
+        # Then the compaction message first, the system message last; but the request and the
+        # compaction message (the user's goal, its later changes) keep an eighth of the budget
+        # each while the system message can give way, and lose it only if it cannot.
+        floors = [min(c, budget // PINNED_SHARE) if i in rest else 0 for i, c in enumerate(counts)]
+        for floor in (floors, [0] * len(head)):
+            for i in range(len(head) - 1, -1, -1):
+                over = sum(counts) - budget
+                if over <= 0:
+                    return head
+                head[i] = shorten(head[i], max(counts[i] - over, floor[i]), estimate)
+                counts[i] = estimate([head[i]])[0]
         return head
 
 

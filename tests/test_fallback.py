@@ -12,7 +12,13 @@ import pytest
 from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SummarizerError, SummaryResult, hookimpl
 from progressive_compactor.messages import messages_from_dicts, text_of, view_problems
 from progressive_compactor.models import Message
-from progressive_compactor.plugins.fallback_token_budget import MARKER, TokenBudgetFallback, groups, shorten
+from progressive_compactor.plugins.fallback_token_budget import (
+    MARKER,
+    PINNED_SHARE,
+    TokenBudgetFallback,
+    groups,
+    shorten,
+)
 from progressive_compactor.plugins.tokens_chars import CharTokens
 from progressive_compactor.testing import (
     RecordingSummarizer,
@@ -337,3 +343,20 @@ def test_a_truncation_that_moves_with_its_message_never_drops_what_the_message_d
     assert first_kept <= 1 + covered  # nothing between what the summary covers and what the view keeps
     assert compactor.state().covered == covered
     assert len(view) == 2 + len(history) - first_kept
+
+
+def test_a_system_prompt_over_the_budget_leaves_the_user_request_its_share():
+    """A long system prompt at a small window: the pinned request and the compaction message
+    were cut first, the request to its marker alone, and the user's goal left the view while the
+    system message stayed whole. Each keeps an eighth of the budget now; the system message gives
+    way."""
+    budget = 2000
+    system = Message(role="system", content="You are careful. " * 800)  # about 3,400 tokens
+    request = Message(role="user", content="Port the parser to Rust. " + "Keep every old behaviour. " * 300)
+    summary = Message(role="user", content="[Context Compaction]\n## User Intent\n" + "C" * 8000)
+    out = fallback([system, request, summary, Message(role="user", content="hi")], 3, budget)
+    assert total(out) <= budget
+    share = budget // PINNED_SHARE
+    for kept, original in ((out[1], request), (out[2], summary)):
+        assert ESTIMATE([kept])[0] >= share - 50 and text_of(kept)[:40] == text_of(original)[:40]
+    assert MARKER.strip() in text_of(out[0]) and text_of(out[0]).startswith("You are careful.")
