@@ -101,6 +101,7 @@ from .storage import (
     rename,
     root_for,
     safe_name,
+    session_name,
     write_private,
 )
 from .thresholds import THRESHOLD_NAMES, Thresholds, check_thresholds, thresholds_of, tier_for_share
@@ -236,6 +237,7 @@ __all__ = [
     "root_for",
     "safe_name",
     "sent_extras",
+    "session_name",
     "setting_check",
     "state_from_json",
     "state_to_json",

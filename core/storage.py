@@ -94,25 +94,28 @@ def expand_path(template: str, data_dir: str | os.PathLike[str]) -> Path:
     return Path(template.replace("{data_dir}", str(data_dir))).expanduser().absolute()
 
 
-def safe_name(value: str, *, folded: bool = False) -> str:
+def safe_name(value: str) -> str:
     """``value`` if it is a plain file name, else ``_`` and a hash of it: never a path.
 
     A plain name has letters, digits and ``_ . -``, at most 128 characters, starts with a letter
     or a digit, holds no ``..``, does not end with ``.`` and is not a name Windows keeps for a
     device (``nul``, ``con.txt``): there, ``abc.`` is ``abc`` and ``nul.txt`` the null device.
-    With ``folded`` (a session's name, which other sessions' names sit beside), a plain name has
-    no upper-case letter either: on a case-insensitive file system (macOS's and Windows'
-    defaults) ``Alice`` and ``alice`` would name one file, and each session would read the
-    other's results, records and state.
     """
-    if (
-        _SAFE.fullmatch(value)
-        and ".." not in value
-        and not value.endswith(".")
-        and not _DEVICE.fullmatch(value)
-        and not (folded and value != value.lower())
-    ):
+    if _SAFE.fullmatch(value) and ".." not in value and not value.endswith(".") and not _DEVICE.fullmatch(value):
         return value
+    return _hashed(value)
+
+
+def session_name(session_id: str) -> str:
+    """The name a session's files, folders and handles are kept under: :func:`safe_name`'s, and
+    hashed too when it has an upper-case letter. On a case-insensitive file system (macOS's and
+    Windows' defaults) ``Alice`` and ``alice`` would name one file, and each session would read
+    the other's results, records and state."""
+    name = safe_name(session_id)
+    return _hashed(session_id) if name != name.lower() else name
+
+
+def _hashed(value: str) -> str:
     return "_" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
@@ -128,15 +131,15 @@ def listed_id(name: str, stored: object) -> str:
     """The session a plugin lists for its file or folder ``name``: the id stored with it when
     :func:`safe_name` makes ``name`` of it, else ``name`` itself (the id was lost, or names
     another file), under which it is listed and deleted."""
-    return stored if isinstance(stored, str) and safe_name(stored, folded=True) == name else name
+    return stored if isinstance(stored, str) and session_name(stored) == name else name
 
 
 def lost_its_id(session_id: str, session_of: Callable[[str], str]) -> bool:
     """Whether ``session_id`` is the name of a hashed file or folder whose id is lost (listed under
     its own name by ``session_of``, a plugin's :func:`listed_id` of a name): what deleting that
-    session must remove besides ``safe_name(session_id, folded=True)``."""
+    session must remove besides ``session_name(session_id)``."""
     return (
-        session_id != safe_name(session_id, folded=True)
+        session_id != session_name(session_id)
         and made_by_safe_name(session_id)
         and session_of(session_id) == session_id
     )
@@ -637,6 +640,7 @@ __all__ = [
     "resolve_data_dir",
     "root_for",
     "safe_name",
+    "session_name",
     "write_file",
     "write_private",
 ]

@@ -22,7 +22,7 @@ import attrs
 from .errors import CompactorError
 from .messages import text_of
 from .models import Message, OffloadEntry
-from .storage import safe_name
+from .storage import safe_name, session_name
 
 PLACEHOLDER_PREFIX = "[Tool result offloaded"
 _LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
@@ -53,7 +53,7 @@ READ_TOOL_RESULT_TOOL: dict[str, Any] = {
 def read_result(compactor: Any, handle: str, lines: tuple[int, int] | None, session_id: str | None) -> str:
     """What :meth:`ProgressiveCompactor.read_tool_result` answers (see there)."""
     prefix, slash, rest = handle.strip().partition("/")
-    if session_id is not None and prefix != safe_name(session_id, folded=True):
+    if session_id is not None and prefix != session_name(session_id):
         raise CompactorError(f"the handle {handle!r} does not name a result of this session")
     if slash and not rest:
         if session_id is None:
@@ -187,5 +187,5 @@ def offload_handles(session_id: str, tool_call_id: str, sha256: str) -> tuple[st
     a handle is never rewritten with other text. Ids that are not plain names are replaced by
     :func:`~progressive_compactor.storage.safe_name`, so every offloader (and every worker) gives
     one result the same handle."""
-    base = f"{safe_name(session_id, folded=True)}/{safe_name(tool_call_id)}"
+    base = f"{session_name(session_id)}/{safe_name(tool_call_id)}"
     return base, f"{base}.{sha256[:12]}"

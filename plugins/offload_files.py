@@ -47,6 +47,7 @@ from progressive_compactor.plugin import (
     remove_leftovers,
     root_for,
     safe_name,
+    session_name,
     setting_check,
     write_private,
 )
@@ -76,7 +77,7 @@ class FileOffloader:
         """Where no link is followed from: the data folder, or the folder above ``root``."""
 
     def session_dir(self, session_id: str) -> Path:
-        return self.root / safe_name(session_id, folded=True)
+        return self.root / session_name(session_id)
 
     def _store(self, session_id: str, tool_call_id: str, data: bytes, sha: str) -> tuple[Path, str]:
         """Where ``data`` is (or now is) kept: the plain name if it holds this text or is free,

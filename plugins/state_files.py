@@ -45,7 +45,7 @@ from progressive_compactor.plugin import (
     remove_leftovers,
     rename,
     root_for,
-    safe_name,
+    session_name,
     state_from_json,
     state_to_json,
     write_private,
@@ -84,7 +84,7 @@ class FileState:
         it held), for the :data:`CACHED_STATES` sessions read or saved last."""
 
     def path_for(self, session_id: str) -> Path:
-        return self.directory / f"{safe_name(session_id, folded=True)}.json"
+        return self.directory / f"{session_name(session_id)}.json"
 
     def _stat_key(self, path: Path) -> tuple[int, int, int] | None:
         try:
@@ -163,7 +163,7 @@ class FileState:
 
     @hookimpl(trylast=True)
     def save_state(self, session_id: str, state: SessionState) -> bool:
-        with self._locked(safe_name(session_id, folded=True)):
+        with self._locked(session_name(session_id)):
             current = self._load(session_id, exact=True)
             if (current.version if current is not None else 0) != state.version - 1:
                 return False
@@ -201,7 +201,7 @@ class FileState:
     @hookimpl
     def on_delete_session(self, session_id: str) -> None:
         self._read.pop(session_id)
-        names = [safe_name(session_id, folded=True)]
+        names = [session_name(session_id)]
         if lost_its_id(session_id, self._session_of):
             names.append(session_id)
         for name in names:

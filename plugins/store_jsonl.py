@@ -33,7 +33,7 @@ from progressive_compactor.plugin import (
     record_to_json,
     remove,
     root_for,
-    safe_name,
+    session_name,
 )
 
 HEAD_BYTES = 1 << 20
@@ -55,7 +55,7 @@ class JsonlStore:
         """Where no link is followed from: the data folder, or the folder above ``directory``."""
 
     def path_for(self, session_id: str) -> Path:
-        return self.directory / f"{safe_name(session_id, folded=True)}.jsonl"
+        return self.directory / f"{session_name(session_id)}.jsonl"
 
     @hookimpl
     def persist_record(self, record: CompactionRecord) -> None:

@@ -34,6 +34,7 @@ from progressive_compactor.storage import (
     read_private,
     remove,
     safe_name,
+    session_name,
     write_file,
     write_private,
 )
@@ -45,6 +46,13 @@ from timeouts import no_hang
 @pytest.mark.parametrize("value", ["s1", "ticket-42", "call_0", "a.b-c_d", "x" * 128, "console", "com10", "nul_1"])
 def test_a_plain_name_is_kept(value):
     assert safe_name(value) == value
+
+
+def test_a_session_name_differs_in_more_than_letter_case():
+    """Where letter case is ignored, ``Alice`` and ``alice`` would name one file."""
+    names = {session_name(sid) for sid in ("alice", "Alice", "ALICE")}
+    assert len({name.lower() for name in names}) == 3 and session_name("alice") == "alice"
+    assert session_name("../x") == safe_name("../x")  # a name that is no plain name is hashed once
 
 
 @pytest.mark.parametrize(

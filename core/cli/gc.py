@@ -12,7 +12,7 @@ import click
 
 from ..errors import StorageError
 from ..models import SessionInfo
-from ..storage import LEFTOVER_AGE, made_by_safe_name, remove, remove_leftovers, resolve_data_dir, safe_name
+from ..storage import LEFTOVER_AGE, made_by_safe_name, remove, remove_leftovers, resolve_data_dir, session_name
 from .app import config_option, data_dir_option, echo_json, json_option, load_cli_config, storage_compactor
 from .records import FACTS_FOLDER, facts_path
 
@@ -50,7 +50,7 @@ def _name(session_id: str) -> str:
     """The file name a session is kept under: a hashed name that a plugin listed as the session
     (its id was lost) is its own."""
     hashed = session_id.startswith("_") and made_by_safe_name(session_id)
-    return session_id if hashed else safe_name(session_id, folded=True)
+    return session_id if hashed else session_name(session_id)
 
 
 def printable(session_id: str) -> str:

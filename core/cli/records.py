@@ -50,9 +50,9 @@ compaction left out of the view (``{session}.facts.jsonl``), which ``records`` s
 
 
 def facts_path(data_dir: Path, session_id: str) -> Path:
-    from ..storage import safe_name
+    from ..storage import session_name
 
-    return data_dir / FACTS_FOLDER / f"{safe_name(session_id, folded=True)}.facts.jsonl"
+    return data_dir / FACTS_FOLDER / f"{session_name(session_id)}.facts.jsonl"
 
 
 def read_lost_facts(path: Path, redact: Callable[[str], str]) -> dict[str, dict[str, list[str]]]:
