@@ -243,15 +243,20 @@ def sent_extras(message: Message) -> list[Any]:
     provider counts them (``reasoning_content``, ``refusal``, the blocks :data:`ANTHROPIC_KEY`
     carries): every key but an integration's private ones (``__name__``), which hold the
     framework's own copy of the message and are never sent."""
-    return [value for key, value in message.extra.items() if not key.startswith("__")]
+    return [value for key, value in message.extra.items() if not is_private(key)]
 
 
 def as_sent(data: dict[str, Any]) -> dict[str, Any]:
     """A view dict as a provider gets it: without an integration's private keys (``__name__``,
     no JSON as a rule); ``data`` itself when it has none."""
-    if not any(key.startswith("__") for key in data):
+    if not any(map(is_private, data)):
         return data
-    return {key: value for key, value in data.items() if not key.startswith("__")}
+    return {key: value for key, value in data.items() if not is_private(key)}
+
+
+def is_private(key: str) -> bool:
+    """Whether a message's key is an integration's own (``__name__``): never sent, never counted."""
+    return key.startswith("__")
 
 
 def fingerprint(message: Message) -> str:

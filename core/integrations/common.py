@@ -41,7 +41,8 @@ from ..tools import READ_TOOL_RESULT_TOOL, handle_read_tool_call
 log = logging.getLogger("progressive_compactor.integrations")
 
 SOURCE = "__framework_message__"
-"""The key under which a dict keeps the framework message it was made from."""
+"""The key under which a dict keeps the framework message it was made from: private
+(:func:`~progressive_compactor.messages.is_private`), so never counted nor sent."""
 FAILED_OPEN = "compaction failed, sent the uncompacted input"
 READ_TOOL_NAME: str = READ_TOOL_RESULT_TOOL["function"]["name"]
 READ_TOOL_DESCRIPTION: str = READ_TOOL_RESULT_TOOL["function"]["description"]

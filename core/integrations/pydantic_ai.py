@@ -135,12 +135,12 @@ def response_dict(message: ModelResponse) -> dict[str, Any]:
 class SystemBlock:
     """The source of one system dict made of several parts: a request's leading system prompts
     (``count`` of them; Pydantic AI sends each, and a system message other than the first would
-    be made a user message), and the agent's ``instructions`` when the processor counts them
-    (Pydantic AI sends them itself, with every request: they never go back into the view)."""
+    be made a user message), and maybe the agent's ``instructions`` (Pydantic AI sends them
+    itself, with every request: they never go back into the view). ``message`` is None for the
+    instructions alone."""
 
     message: ModelRequest | None
     count: int
-    instructions: bool = False
 
 
 def _system_block(message: ModelRequest) -> dict[str, Any] | None:
@@ -200,11 +200,9 @@ class Converter:
 
 def _with_instructions(system: dict[str, Any] | None, instructions: str) -> dict[str, Any]:
     if system is None:
-        return {"role": "system", "content": instructions, SOURCE: SystemBlock(None, 0, instructions=True)}
-    source = system[SOURCE]
-    block = SystemBlock(source.message, source.count, True) if isinstance(source, SystemBlock) else None
-    if block is None:  # one system prompt: (message, 0)
-        block = SystemBlock(source[0], 1, True)
+        return {"role": "system", "content": instructions, SOURCE: SystemBlock(None, 0)}
+    source = system[SOURCE]  # a block, or one system prompt: (message, 0)
+    block = source if isinstance(source, SystemBlock) else SystemBlock(source[0], 1)
     return {"role": "system", "content": f"{system['content']}\n\n{instructions}", SOURCE: block}
 
 
@@ -272,7 +270,7 @@ def request_parts(data: dict[str, Any], unchanged: bool, names: dict[str, str], 
     source = data.get(SOURCE)
     if not isinstance(source, SystemBlock):
         return [request_part(data, unchanged, names, compaction_role)]
-    if source.message is None or source.count == 0:
+    if source.message is None:
         return []
     if unchanged:
         return list(source.message.parts[: source.count])
