@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
-from progressive_compactor.plugin import ANTHROPIC_KEY, SummarizerError
+from progressive_compactor.plugin import ANTHROPIC_KEY, SummarizerError, setting_check
 
 
 class OpenAISummarizer(HttpSummarizer):
@@ -28,7 +28,14 @@ class OpenAISummarizer(HttpSummarizer):
         model: str = "gpt-4o-mini"
         base_url: str = "https://api.openai.com/v1"
         api_key_env: str | None = "OPENAI_API_KEY"
-        max_tokens_field: str = "max_tokens"
+        max_tokens_field: str = attrs.field(
+            default="max_tokens",
+            validator=setting_check(
+                lambda v: bool(v.strip()),
+                "max_tokens_field must name the body's output limit (max_tokens, or max_completion_tokens "
+                "for newer OpenAI models)",
+            ),
+        )
         """Name of the output limit in the body; newer OpenAI models want ``max_completion_tokens``."""
 
     def build_headers(self, api_key: str | None) -> dict[str, str]:

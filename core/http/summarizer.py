@@ -251,11 +251,6 @@ class HttpSummarizer:
                 f"extra_body.stream: the summarizer reads one JSON reply, not a stream; remove stream "
                 f"@ {where}.extra_body.stream"
             )
-        if not getattr(c, "max_tokens_field", "x").strip():  # summarize-openai's: a key of the body
-            problems.append(
-                f"max_tokens_field must name the body's output limit (max_tokens, or max_completion_tokens "
-                f"for newer OpenAI models) @ {where}.max_tokens_field"
-            )
         for name in ("max_message_chars", "max_result_chars"):
             if getattr(c, name) < 200:
                 problems.append(f"{name} must be 200 or more @ {where}.{name}")
