@@ -238,12 +238,17 @@ def char_count(message: Message) -> int:
     return n
 
 
+COUNTED_KEY = "__counted__"
+"""An integration's private key (never sent) that holds what the framework sends with the message
+in a shape of its own, to be counted: a built-in tool's call and results, say."""
+
+
 def sent_extras(message: Message) -> list[Any]:
     """The values of the message's keys of its own that go back to the provider with it, so the
     provider counts them (``reasoning_content``, ``refusal``, the blocks :data:`ANTHROPIC_KEY`
-    carries): every key but an integration's private ones (``__name__``), which hold the
-    framework's own copy of the message and are never sent."""
-    return [value for key, value in message.extra.items() if not is_private(key)]
+    carries, an integration's :data:`COUNTED_KEY`): every key but an integration's other private
+    ones (``__name__``), which hold the framework's own copy of the message."""
+    return [value for key, value in message.extra.items() if key == COUNTED_KEY or not is_private(key)]
 
 
 def as_sent(data: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +260,8 @@ def as_sent(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_private(key: str) -> bool:
-    """Whether a message's key is an integration's own (``__name__``): never sent, never counted."""
+    """Whether a message's key is an integration's own (``__name__``): never sent, and never
+    counted but for :data:`COUNTED_KEY`."""
     return key.startswith("__")
 
 

@@ -86,7 +86,7 @@ def text_of(part) -> str:
         return part.content if isinstance(part.content, str) else " ".join(str(c) for c in part.content)
     if isinstance(part, ToolReturnPart):
         return part.model_response_str()
-    if isinstance(part, RetryPromptPart):
+    if isinstance(part, RetryPromptPart) or type(part).__name__ == "RetryFeedbackPart":
         return part.model_response()
     if isinstance(part, ToolCallPart):
         return part.tool_name + part.args_as_json_str()
@@ -624,3 +624,78 @@ def test_the_files_a_tool_returned_are_counted():
     result = Agent(FunctionModel(model), tools=[page]).run_sync("read the page")
     (returned,) = [d for d in to_dicts(result.all_messages()) if d["role"] == "tool"]
     assert char_count(message_from_dict(returned)) >= IMAGE_CHARS + len("page 1")
+
+
+@pytest.mark.skipif(MAJOR < 2, reason="RetryFeedbackPart is new in Pydantic AI 2.x")
+def test_retry_feedback_the_fallback_cut_stays_the_frameworks_feedback(make_compactor):
+    """An output validator rejects an answer with a message too long for the window: the
+    truncation cuts the feedback, which must still reach the model as Pydantic AI's own feedback
+    (a ``RetryFeedbackPart``, fenced as the application's words), not as text the user wrote."""
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.messages import RetryFeedbackPart
+
+    from progressive_compactor.plugins.fallback_token_budget import MARKER
+
+    records: list[Any] = []
+    compactor = make_compactor(context_window=8_000)
+    answers = iter(["draft", FINAL_ANSWER])
+
+    def model(messages: list, info: AgentInfo) -> ModelResponse:
+        replayer.requests.append(list(messages))
+        return ModelResponse(parts=[TextPart(next(answers))])
+
+    replayer = Replayer(None, 8_000)
+    agent = agent_with(FunctionModel(model), history_processor(compactor, session_id="u", on_record=records.append))
+
+    @agent.output_validator
+    def check_output(output: str) -> str:
+        if output == "draft":
+            raise ModelRetry("The draft fails these checks:\n" + "check failed: line too long\n" * 3000)
+        return output
+
+    result = agent.run_sync("write the report")
+    assert result.output == FINAL_ANSWER and records[-1].tier is CompactionTier.EMERGENCY
+    (feedback,) = [p for m in result.all_messages() for p in getattr(m, "parts", []) if "check failed" in text_of(p)]
+    assert isinstance(feedback, RetryFeedbackPart) and feedback.retry.cause == "model_retry"
+    assert feedback.content.startswith("The draft fails these checks:") and MARKER.strip() in feedback.content
+    (sent,) = [p for p in replayer.requests[-1][-1].parts if "check failed" in text_of(p)]  # as the model saw it
+    assert "not a message from the user" in text_of(sent) and "<pyai:retry_feedback>" in text_of(sent)
+
+
+def test_a_built_in_tools_results_are_counted(make_compactor):
+    """A built-in tool's results (a provider's web search) are sent back with every request inside
+    the response that got them: they count, so a research agent's searches compact in time; and
+    they stay the response's own parts, never sent as the compactor's copy."""
+    import pydantic_ai.messages as pai_messages
+
+    from progressive_compactor.messages import as_sent
+
+    call_class = getattr(pai_messages, "NativeToolCallPart", None) or pai_messages.BuiltinToolCallPart
+    return_class = getattr(pai_messages, "NativeToolReturnPart", None) or pai_messages.BuiltinToolReturnPart
+    results = [
+        {"type": "web_search_result", "title": f"result {i}", "page": "text of the page " * 60} for i in range(16)
+    ]
+    history: list[Any] = [ModelRequest(parts=[UserPromptPart("Research the parser bug.")])]
+    for i in range(3):
+        history.append(
+            ModelResponse(
+                parts=[
+                    call_class("web_search", {"query": f"parser bug {i}"}, tool_call_id=f"s{i}"),
+                    return_class("web_search", results, tool_call_id=f"s{i}"),
+                    TextPart(f"searched {i}"),
+                ]
+            )
+        )
+        history.append(ModelRequest(parts=[UserPromptPart(f"go on {i}")]))
+    response = to_dicts(history)[1]
+    assert "text of the page" not in json.dumps(as_sent(response))
+    records: list[Any] = []
+    compactor = make_compactor(context_window=16_000)
+    replayer = Replayer(None, 16_000)
+    agent_with(
+        FunctionModel(replayer), history_processor(compactor, session_id="u", on_record=records.append)
+    ).run_sync("and now?", message_history=history)
+    assert records[0].tokens_before >= 3 * len(json.dumps(results)) // 5  # the three searches' results
+    assert records[0].tier is not CompactionTier.NONE
+    kept = [p for m in replayer.requests[0] if isinstance(m, ModelResponse) for p in m.parts]
+    assert any(isinstance(p, return_class) for p in kept)

@@ -44,6 +44,7 @@ integrations`` logger. A failing compactor never breaks the run; a view that can
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -62,6 +63,7 @@ from pydantic_ai.messages import (
 )
 
 from ..compactor import ProgressiveCompactor
+from ..messages import COUNTED_KEY
 from .common import (
     READ_TOOL_DESCRIPTION,
     READ_TOOL_NAME,
@@ -111,8 +113,10 @@ def request_part_dict(message: ModelRequest, index: int) -> dict[str, Any]:
         data = {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response()}
     elif isinstance(part, RetryPromptPart):
         data = {"role": "user", "content": part.model_response()}
-    else:
-        data = {"role": "user", "content": str(getattr(part, "content", ""))}
+    else:  # another part (2.x: the framework's retry feedback, an application's summary): its text
+        content = getattr(part, "content", None)
+        text = content if isinstance(content, str) else "" if content is None else json.dumps(content, default=str)
+        data = {"role": "user", "content": text}
     data[SOURCE] = (message, index)
     return data
 
@@ -127,8 +131,33 @@ def response_dict(message: ModelResponse) -> dict[str, Any]:
     ]
     if calls:
         data["tool_calls"] = calls
+    besides = _sent_besides(message)
+    if besides:
+        data[COUNTED_KEY] = besides
     data[SOURCE] = (message, None)
     return data
+
+
+def _sent_besides(message: ModelResponse) -> list[Any]:
+    """What a response sends back besides its text and function calls, to be counted: a built-in
+    tool's call and results (a web search's, sent with every request), a provider's readable
+    compaction summary, an image the model made. Thinking is left out: providers drop an earlier
+    turn's thinking from what they count."""
+    out: list[Any] = []
+    part: Any  # parts of kinds that vary with the Pydantic AI version: read by their methods
+    for part in message.parts:
+        if isinstance(part, (TextPart, ToolCallPart)) or getattr(part, "part_kind", None) == "thinking":
+            continue
+        content = getattr(part, "content", None)
+        if hasattr(part, "args_as_json_str"):
+            out.append(part.tool_name + part.args_as_json_str())
+        elif hasattr(part, "model_response_str"):
+            out.append(part.model_response_str())
+        elif isinstance(content, str):
+            out.append(content)
+        elif getattr(content, "is_image", False):
+            out.append({"type": "image"})
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +331,8 @@ def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], c
             return dataclasses.replace(part, content=text)
         if isinstance(part, UserPromptPart):
             return dataclasses.replace(part, content=_user_prompt(part.content, content, text))
+        if not isinstance(part, SystemPromptPart):  # it stays that part: retry feedback is not the user's
+            return dataclasses.replace(part, content=text) if hasattr(part, "content") else part
     role = data.get("role")
     if role == "tool":
         call_id = data.get("tool_call_id") or ""
