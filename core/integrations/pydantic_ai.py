@@ -11,7 +11,8 @@ agent = Agent(model, history_processors=[history_processor(compactor)], tools=[.
 
 :func:`history_processor` returns a processor (``async_history_processor`` its async form)
 that converts ``ModelRequest`` / ``ModelResponse`` parts (system and user prompts, tool calls,
-tool returns, retry prompts) to chat dicts, compacts them and converts the view back. A
+tool returns, retry prompts and feedback; a built-in tool's calls and results are counted with
+their response) to chat dicts, compacts them and converts the view back. A
 request's leading system prompts are one system message while compacting (each is handed back
 as it was), and the agent's ``instructions``, which Pydantic AI sends with every request, join
 it: they are counted, and left to Pydantic AI. A message
