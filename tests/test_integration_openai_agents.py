@@ -639,3 +639,61 @@ def test_the_images_a_function_returned_are_counted():
     assert char_count(message_from_dict(result)) == len("page 1") + IMAGE_CHARS
     plain = to_dicts([*items[:2], {**items[2], "output": [text]}])[-1]
     assert plain["content"] == "page 1"  # text alone stays a string
+
+
+def test_a_hosted_tools_items_are_counted():
+    """A hosted tool's items go back to the model with every request: an MCP server's output, a
+    shell's, count as their text; a screenshot or a generated image as one image, whatever the size
+    of its data; an earlier turn's reasoning, which providers leave out, and ids count nothing."""
+    from progressive_compactor.messages import IMAGE_CHARS, char_count, message_from_dict
+
+    output = "row of the table " * 500
+    items = [
+        {"role": "user", "content": "what is in the table?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "thinking " * 400}]},
+        {"type": "mcp_call", "id": "mcp_1", "server_label": "db", "name": "query", "arguments": "{}", "output": output},
+        {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": "iVBORw0KGgo" * 100_000},
+    ]
+    (_, turn) = to_dicts(items)
+    counted = char_count(message_from_dict(turn))
+    assert len(output) + IMAGE_CHARS <= counted < len(output) + IMAGE_CHARS + 100
+    shell = [
+        {"role": "user", "content": "run the tests"},
+        {
+            "type": "local_shell_call",
+            "id": "ls_1",
+            "call_id": "s1",
+            "status": "completed",
+            "action": {"command": ["pytest"]},
+        },
+        {"type": "local_shell_call_output", "id": "ls_2", "call_id": "s1", "output": "FAILED test_x\n" * 300},
+    ]
+    (_, turn) = to_dicts(shell)
+    assert char_count(message_from_dict(turn)) >= len("FAILED test_x\n") * 300
+
+
+def test_a_hosted_mcp_calls_output_makes_the_view_compact_in_time(make_compactor):
+    """The Agents SDK's own loop with MCP outputs in its input: the compactor sees their size."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Summarise the tables."}]
+    for t in range(4):
+        items.append(
+            {
+                "type": "mcp_call",
+                "id": f"mcp_{t}",
+                "server_label": "db",
+                "name": "query",
+                "arguments": "{}",
+                "output": f"table {t} row " * 1000,
+            }
+        )
+        items.append({"role": "user", "content": f"and table {t + 1}?"})
+    records: list[Any] = []
+    model = AnsweringModel()
+    run_filter = call_model_input_filter(
+        make_compactor(context_window=16_000), session_id="mcp", on_record=records.append
+    )
+    config = RunConfig(call_model_input_filter=run_filter, tracing_disabled=True)
+    result = asyncio.run(Runner.run(Agent(name="a", model=model), items, run_config=config))
+    assert result.final_output == FINAL_ANSWER
+    assert records[0].tokens_before >= 4 * len("table 0 row " * 1000) // 4
+    assert records[0].tier is not CompactionTier.NONE

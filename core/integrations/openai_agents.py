@@ -15,8 +15,8 @@ Before every model call the filter converts the Responses-API input items to cha
 compacts them and converts the view back: user, system and developer messages; an assistant turn
 (its reasoning items, its output message and its ``function_call`` items) becomes one assistant
 message with tool calls; each ``function_call_output`` a tool result. A hosted tool's call
-(``apply_patch_call``, ``computer_call``, ...) is part of its turn, and so is its output, wherever
-it comes. The view keeps every call next to its output: a call the input leaves unanswered gets a
+(``apply_patch_call``, ``computer_call``, ``mcp_call``, ...) is part of its turn, and so is its
+output, wherever it comes; both are counted (a screenshot as one image). The view keeps every call next to its output: a call the input leaves unanswered gets a
 ``function_call_output`` saying so, an output without its call becomes a user message. Items the compaction did not change are
 handed back as the very items of the input (reasoning items, ids and hosted-tool items included);
 a changed one is a copy with the new text. The agent's ``instructions`` are the view's system
@@ -49,6 +49,7 @@ except ImportError:  # before the run configuration had a module of its own
     from agents.run import CallModelData, ModelInputData  # type: ignore[no-redef,attr-defined,unused-ignore]
 
 from ..compactor import ProgressiveCompactor
+from ..messages import COUNTED_KEY
 from ..notice import notice
 from .common import (
     READ_TOOL_DESCRIPTION,
@@ -171,12 +172,32 @@ def to_dicts(items: Sequence[Any], instructions: str | None = None) -> list[dict
             holder = holders.get(call_id) if _is_output(kind) and isinstance(call_id, str) else None
             if holder is not None:  # with its call, whatever came between (a function's output)
                 holder[SOURCE].append(item)
+                holder.setdefault(COUNTED_KEY, []).append(_hosted(data))
                 continue
             current = assistant()
             current[SOURCE].append(item)
+            current.setdefault(COUNTED_KEY, []).append(_hosted(data))
             if isinstance(call_id, str) and call_id and isinstance(kind, str) and kind.endswith("_call"):
                 holders[call_id] = current
     return out
+
+
+_NOT_COUNTED = frozenset({"reasoning", "compaction"})
+"""Items whose content providers leave out of what they count again (an earlier turn's
+reasoning) or that are opaque (a compaction's encrypted summary)."""
+_IMAGES = frozenset({"computer_call_output", "image_generation_call"})
+
+
+def _hosted(data: dict[str, Any]) -> Any:
+    """What a hosted tool's item sends back, to count: its texts (a shell's or an MCP server's
+    output, a search's results, the code it ran), one image for a screenshot or a generated image,
+    nothing for reasoning; ids and statuses are not text."""
+    kind = data.get("type")
+    if kind in _NOT_COUNTED:
+        return None
+    if kind in _IMAGES:
+        return {"type": "image"}
+    return {key: value for key, value in data.items() if key not in ("id", "call_id", "status")}
 
 
 def _is_output(kind: Any) -> bool:
