@@ -44,9 +44,7 @@ class OpenAISummarizer(HttpSummarizer):
     def build_body(self, prompt: Prompt, conversation: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
         if conversation is not None:  # the agent's view as it sent it, then the instruction
-            # (without the blocks from_anthropic keeps for to_anthropic: an OpenAI request has none)
-            sent = [{k: v for k, v in m.items() if k != ANTHROPIC_KEY} for m in conversation]
-            messages = [*sent, {"role": "user", "content": prompt.user}]
+            messages = [*map(_sendable, conversation), {"role": "user", "content": prompt.user}]
         body: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,
@@ -81,3 +79,34 @@ class OpenAISummarizer(HttpSummarizer):
             tokens_in_cached=as_int(dig(data, "usage", "prompt_tokens_details", "cached_tokens")),
             refusal=refusal if isinstance(refusal, str) and refusal.strip() else None,
         )
+
+
+_PARTS = {
+    "user": {"text": "text", "image_url": "image_url", "input_audio": "input_audio", "file": "file"},
+    "assistant": {"text": "text", "refusal": "refusal"},
+}
+"""The content parts Chat Completions takes in a message of each role (of the others, text
+alone), each with the field it needs."""
+_IMAGES = frozenset({"image_url", "image", "input_image"})
+_FILES = frozenset({"file", "input_file", "document"})
+
+
+def _sendable(message: dict[str, Any]) -> dict[str, Any]:
+    """A view message as Chat Completions takes it: without the blocks ``from_anthropic`` keeps
+    for ``to_anthropic``, and a part it has no type for (an integration's placeholder of an image,
+    a framework's block) as text: ``[image]`` for an image, ``[file]`` for a file, others left out."""
+    sent = {key: value for key, value in message.items() if key != ANTHROPIC_KEY}
+    content = sent.get("content")
+    if isinstance(content, list):
+        allowed = _PARTS.get(str(sent.get("role")), {"text": "text"})
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in allowed and allowed[kind] in part:
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append({"type": "text", "text": part["text"]})
+            elif kind in _IMAGES or kind in _FILES:
+                parts.append({"type": "text", "text": "[image]" if kind in _IMAGES else "[file]"})
+        sent["content"] = parts or ""
+    return sent

@@ -173,6 +173,10 @@ class _Handler(BaseHTTPRequestHandler):
             fake._leave()
 
     def _answer(self, b: Behaviour, record: Recorded, anthropic: bool) -> None:
+        refused = None if anthropic else _chat_problem(record.body)
+        if refused is not None:  # as the provider refuses a request it cannot read
+            self._send(400, {"error": {"message": refused, "type": "invalid_request_error"}})
+            return
         if b.kind == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
@@ -492,3 +496,28 @@ def compactor_settings(
         "plugins": {"summarizer": name},
         "config": {name: {"base_url": base_url, "api_key_env": None, **FAST_RETRIES, **block}},
     }
+
+
+_CHAT_PARTS = {
+    "user": {"text": "text", "image_url": "image_url", "input_audio": "input_audio", "file": "file"},
+    "assistant": {"text": "text", "refusal": "refusal"},
+}
+"""The content parts Chat Completions takes in a message of each role (the others: text alone),
+each with the field it needs."""
+
+
+def _chat_problem(body: Any) -> str | None:
+    """Why Chat Completions would refuse ``body`` for its messages' content parts, or None."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        allowed = _CHAT_PARTS.get(message.get("role"), {"text": "text"})
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in allowed:
+                return f"Invalid value: {kind!r}. Supported values are: {', '.join(allowed)}. (messages[{i}].content[{j}].type)"
+            if allowed[kind] not in part:
+                return f"Missing required parameter: 'messages[{i}].content[{j}].{allowed[kind]}'."
+    return None

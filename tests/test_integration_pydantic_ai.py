@@ -699,3 +699,28 @@ def test_a_built_in_tools_results_are_counted(make_compactor):
     assert records[0].tier is not CompactionTier.NONE
     kept = [p for m in replayer.requests[0] if isinstance(m, ModelResponse) for p in m.parts]
     assert any(isinstance(p, return_class) for p in kept)
+
+
+def test_a_cache_friendly_summary_request_is_one_the_provider_takes(tmp_path):
+    """``summary_requests: cache-friendly`` repeats the view in the summary request; behind the
+    integration the view's image is the compactor's placeholder part (counted, no data), which
+    Chat Completions refuses: the request must carry what the provider takes, or every summary
+    fails and the session falls back to truncation."""
+    from pydantic_ai import BinaryContent
+
+    from fake_provider import FakeProvider, compactor_settings
+
+    records: list[Any] = []
+    image = BinaryContent(data=b"\x89PNG" + bytes(40), media_type="image/png")
+    history: list[Any] = [ModelRequest(parts=[UserPromptPart(["Fix the parser bug in this screenshot.", image])])]
+    history += tool_rounds(14)
+    with FakeProvider() as fake:
+        settings = compactor_settings(fake.base_url, "openai", tmp_path, context_window=16_000, model="m")
+        compactor = ProgressiveCompactor("default", summary_requests="cache-friendly", **settings)
+        processor = history_processor(compactor, session_id="u", on_record=records.append)
+        agent_with(FunctionModel(Replayer(None, 16_000)), processor).run_sync("go on", message_history=history)
+        compactor.close()
+    assert sum(r.summarizer_calls for r in records) >= 1
+    assert not any(r.fallback or r.errors for r in records), [r.errors for r in records]
+    sent = fake.requests[-1].body["messages"]
+    assert "[image]" in json.dumps(sent[0]) and "Fix the parser bug" in json.dumps(sent[0])

@@ -247,6 +247,27 @@ def test_a_cache_friendly_openai_request_sends_no_blocks_kept_for_anthropic(fake
     ]
 
 
+def test_a_cache_friendly_openai_request_sends_parts_as_chat_completions_takes_them(fake, tmp_path):
+    """The parts the agent sent stay as they were (the provider's cache reads them); a part Chat
+    Completions has no type for in that role (an integration's image placeholder, an image in a
+    tool result, a framework's block) goes as text."""
+    from progressive_compactor.http import Prompt
+
+    compactor = ProgressiveCompactor("classic", **compactor_settings(fake.base_url, "openai", tmp_path))
+    plugin = compactor.pm.get_plugin("summarize-openai")
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    asked = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}
+    placeholder = {"role": "user", "content": [{"type": "text", "text": "and this"}, {"type": "image"}]}
+    shot = {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "page"}, image]}
+    thought = {"role": "assistant", "content": [{"type": "reasoning", "summary": []}, {"type": "file"}]}
+    body = plugin.build_body(Prompt(system="", user="summarize"), [asked, placeholder, shot, thought])
+    compactor.close()
+    assert body["messages"][0] == asked
+    assert body["messages"][1]["content"] == [{"type": "text", "text": "and this"}, {"type": "text", "text": "[image]"}]
+    assert body["messages"][2]["content"] == [{"type": "text", "text": "page"}, {"type": "text", "text": "[image]"}]
+    assert body["messages"][3]["content"] == [{"type": "text", "text": "[file]"}]
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_cache_friendly_request_sends_no_key_private_to_an_integration(fake, tmp_path, protocol):
     """The integrations keep the framework's own message in each dict under a private key (a
