@@ -44,7 +44,7 @@ from .plugin_manager import TIER_ROLES, Hooks, PluginContext, get_plugin_manager
 from .record_stamp import new_record_id, record_timestamp
 from .redaction import SecretRegistry, config_registry
 from .session_cache import SessionCache
-from .session_memory import SessionMemory, cancelling
+from .session_memory import Finished, SessionMemory, advanced, cancelling
 from .tiers import Summarized, TierRunner, TurnWork
 from .tools import read_result
 from .usage import NO_CORRECTION, Correction, UsageAnchors, corrected
@@ -233,6 +233,7 @@ class ProgressiveCompactor:
 
     async def _run_async(self, history: History, session_id: str | None, force: bool = False) -> TurnResult:
         sid = self._session_id(session_id)
+        history = list(history)  # as it is now: the turn runs in a thread while the caller goes on
         async with self._memory.aserving(sid):
             return await self._drive_async(self._turn(history, sid, force))
 
@@ -250,25 +251,23 @@ class ProgressiveCompactor:
             return result
 
     async def _drive_async(self, turn: Generator[SummaryRequest, Summarized, TurnResult]) -> TurnResult:
-        try:
-            request = next(turn)
-            while True:
-                try:
-                    pending = self.hooks.asummarize(request)
-                    result: SummaryResult | None
-                    if pending is not None:
-                        result = await pending
-                    else:
-                        result = await asyncio.to_thread(self.hooks.summarize, request)
-                    answer = checked(result)
-                except (Exception, asyncio.CancelledError) as exc:  # any failure means "fall back"
-                    if isinstance(exc, asyncio.CancelledError) and cancelling():
-                        raise  # this turn is cancelled (not the summarizer's own call): it stops, saving nothing
-                    answer = Summarized.failed(cause(exc), exc)
-                request = turn.send(answer)
-        except StopIteration as stop:
-            done: TurnResult = stop.value
-            return done
+        """As :meth:`_drive_sync`, the turn's own steps run off the event loop (:func:`advanced`)."""
+        step = await advanced(turn, None)
+        while not isinstance(step, Finished):
+            try:
+                pending = self.hooks.asummarize(step)
+                result: SummaryResult | None
+                if pending is not None:
+                    result = await pending
+                else:
+                    result = await asyncio.to_thread(self.hooks.summarize, step)
+                answer = checked(result)
+            except (Exception, asyncio.CancelledError) as exc:  # any failure means "fall back"
+                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                    raise  # this turn is cancelled (not the summarizer's own call): it stops, saving nothing
+                answer = Summarized.failed(cause(exc), exc)
+            step = await advanced(turn, answer)
+        return step.value
 
     # --- one turn -----------------------------------------------------------------------------
 

@@ -17,10 +17,12 @@ own loop forever: call the async API there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
@@ -28,6 +30,9 @@ from .session_cache import SessionCache
 from .usage import UsageAnchors
 
 V = TypeVar("V")
+Y = TypeVar("Y")
+S = TypeVar("S")
+R = TypeVar("R")
 POLL_SECONDS = 0.002
 """How often an async turn looks whether a sync turn (or another loop's) of its session is done."""
 
@@ -132,6 +137,37 @@ class SessionMemory:
                 del locks[session_id]
 
 
+class Finished(Generic[R]):
+    """What a turn returned, as :func:`advanced` hands it over."""
+
+    def __init__(self, value: R):
+        self.value = value
+
+
+async def advanced(turn: Generator[Y, S, R], answer: S | None) -> Y | Finished[R]:
+    """``turn`` sent ``answer`` (None to start it) in a worker thread, in the caller's context:
+    what it yielded next, or what it returned (:class:`Finished`). A turn's stores, files and
+    records wait on disks and servers, which must not hold up the event loop. When the task is
+    cancelled meanwhile, the step still ends before the cancellation goes on: nothing of a turn
+    runs once its session's lock is released."""
+    context = contextvars.copy_context()
+    step = asyncio.get_running_loop().run_in_executor(None, context.run, _send, turn, answer)
+    try:
+        return await asyncio.shield(step)
+    except asyncio.CancelledError:
+        while not step.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(step)
+        raise
+
+
+def _send(turn: Generator[Y, S, R], answer: S | None) -> Y | Finished[R]:
+    try:
+        return turn.send(answer)  # type: ignore[arg-type]  # None starts a generator
+    except StopIteration as stop:  # which a future cannot carry
+        return Finished(stop.value)
+
+
 def cancelling() -> bool:
     """Whether the running task is being cancelled (``task.cancel()``, which ``wait_for``, timeouts
     and task groups call), rather than something it awaited: a ``CancelledError`` from a
@@ -141,4 +177,4 @@ def cancelling() -> bool:
     return count is None or count() > 0
 
 
-__all__ = ["RecentlyUsed", "SessionMemory", "cancelling"]
+__all__ = ["Finished", "RecentlyUsed", "SessionMemory", "advanced", "cancelling"]

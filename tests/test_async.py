@@ -231,3 +231,42 @@ def test_messages_appended_while_a_summary_is_awaited_count_as_new_at_the_next_t
     assert session.last_record.tier is CompactionTier.FULL and valid(view)
     assert len(session.history) == before + 2 and view[-1]["content"] != "ok"
     assert compactor.state("s").landed_messages == before
+
+
+def test_a_turn_waiting_on_its_stores_leaves_the_event_loop_free(tmp_path):
+    """The stores of a fleet wait on servers (a state store across the network, a record store
+    that takes a second to answer): an async turn waits for them off the event loop, so the
+    loop's other work (other sessions, the agent's own requests) goes on meanwhile."""
+    import time
+
+    from progressive_compactor.plugin import hookimpl
+
+    class SlowStateStore:
+        @hookimpl(tryfirst=True)
+        def load_state(self, session_id):
+            time.sleep(0.3)  # a server slow to answer
+            return None
+
+    async def main():
+        gaps: list[float] = []
+
+        async def ticker(stop: asyncio.Event) -> None:
+            last = time.monotonic()
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        stop = asyncio.Event()
+        with ProgressiveCompactor("classic", data_dir=str(tmp_path), extra_plugins=[("slow", SlowStateStore())]) as c:
+            ticking = asyncio.create_task(ticker(stop))
+            await asyncio.sleep(0.02)
+            views = await asyncio.gather(*(c.acompact(synthetic_history(marker(i), 3), f"s{i}") for i in range(2)))
+            stop.set()
+            await ticking
+        return gaps, views
+
+    gaps, views = asyncio.run(main())
+    assert all(valid(view) for view in views)
+    assert len(gaps) >= 10 and max(gaps) < 0.2, f"the loop was held for {max(gaps):.2f} s"
