@@ -270,3 +270,40 @@ def test_a_turn_waiting_on_its_stores_leaves_the_event_loop_free(tmp_path):
     gaps, views = asyncio.run(main())
     assert all(valid(view) for view in views)
     assert len(gaps) >= 10 and max(gaps) < 0.2, f"the loop was held for {max(gaps):.2f} s"
+
+
+def test_a_turn_cancelled_while_its_store_works_lets_the_store_finish_first(tmp_path):
+    """Cancelled while a step runs in its thread (a state save on its way to the server): the
+    cancellation waits for the step, so the session's lock is never released while a turn of the
+    session still runs; the next turn is served as usual."""
+    import threading
+    import time
+
+    from progressive_compactor.plugin import hookimpl
+
+    running = threading.Event()
+    finished: list[float] = []
+
+    class SlowStateStore:
+        @hookimpl(tryfirst=True)
+        def load_state(self, session_id):
+            running.set()
+            time.sleep(0.3)
+            finished.append(time.monotonic())
+            return None
+
+    async def main():
+        with ProgressiveCompactor("classic", data_dir=str(tmp_path), extra_plugins=[("slow", SlowStateStore())]) as c:
+            history = synthetic_history(marker(0), 3)
+            task = asyncio.create_task(c.acompact(history, "s"))
+            while not running.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            cancelled_at = time.monotonic()
+            assert finished and finished[0] <= cancelled_at  # the step ended first
+            assert c._memory._locks == {}
+            return await c.acompact(history, "s")
+
+    assert valid(asyncio.run(main()))
