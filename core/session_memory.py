@@ -155,9 +155,9 @@ async def advanced(turn: Generator[Y, S, R], answer: S | None) -> Y | Finished[R
     try:
         return await asyncio.shield(step)
     except asyncio.CancelledError:
-        while not step.done():
+        while not step.done():  # waited for, whatever it ends with: the cancellation goes on
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(step)
+                await asyncio.wait([step])
         raise
 
 
