@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -126,10 +126,12 @@ class UsageAnchor:
 class UsageAnchors:
     """The anchors of every session of one compactor (thread-safe)."""
 
-    def __init__(self, context_window: int) -> None:
+    def __init__(self, context_window: int, redact: Callable[[str], str] = str) -> None:
         self._sessions: dict[str, UsageAnchor] = {}
         self._lock = threading.Lock()
         self.context_window = context_window
+        self.redact = redact
+        """Masks what a warning quotes from outside (a session id), as the records are masked."""
 
     def correction(self, session_id: str) -> Correction:
         anchor = self._sessions.get(session_id)
@@ -166,7 +168,7 @@ class UsageAnchors:
                     "session %s: the provider's count of %d input tokens is below a quarter of the view's "
                     "estimate (%d), so it is not a count of the whole view; ignored (report the whole prompt: "
                     "with Anthropic, input_tokens + cache_creation_input_tokens + cache_read_input_tokens)",
-                    session_id,
+                    self.redact(session_id),
                     input_tokens,
                     anchor.estimated,
                 )

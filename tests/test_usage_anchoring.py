@@ -378,3 +378,17 @@ def test_a_session_dropped_while_its_turn_runs_leaves_no_anchor_behind(make_comp
     assert "x" not in kept
     assert set(compactor._usage._sessions) <= kept
     assert compactor.observe_usage("x", estimate(view)) is None  # dropped: no correction, as documented
+
+
+def test_the_warning_about_a_partial_count_masks_the_session_id(make_compactor, caplog):
+    """A session id comes from outside: the warning about a count of part of the view masks it as
+    the other warnings do (an id holding a registered secret showed it in clear)."""
+    compactor = make_compactor(context_window=WINDOW)
+    key = "hunter2-registered-secret"
+    compactor.secrets.add(key)
+    sid = f"user-{key}"
+    view = compactor.compact(build_history([2000] * 3), sid)
+    with caplog.at_level("WARNING", logger="progressive_compactor"):
+        assert compactor.observe_usage(sid, estimate(view) // 50) is None
+    assert "below a quarter" in caplog.text and "user-[REDACTED]" in caplog.text
+    assert key not in caplog.text
