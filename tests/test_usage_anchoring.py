@@ -22,7 +22,7 @@ from progressive_compactor import CompactionTier, ProgressiveCompactor
 from progressive_compactor.models import Message
 from progressive_compactor.plugin_manager import Hooks
 from progressive_compactor.testing import build_history, estimate, filler, problems, tool_call, tool_turn
-from progressive_compactor.usage import MAX_RATIO, MIN_RATIO, CorrectedHooks, corrected, fitted
+from progressive_compactor.usage import MAX_RATIO, MIN_RATIO, ONE_REPORT_SCALE, CorrectedHooks, corrected, fitted
 
 THRESHOLDS = (
     (0.95, CompactionTier.EMERGENCY),
@@ -392,3 +392,26 @@ def test_the_warning_about_a_partial_count_masks_the_session_id(make_compactor, 
         assert compactor.observe_usage(sid, estimate(view) // 50) is None
     assert "below a quarter" in caplog.text and "user-[REDACTED]" in caplog.text
     assert key not in caplog.text
+
+
+@pytest.mark.parametrize("config", ["classic", "default"])
+def test_tool_definitions_over_a_tenth_of_the_window_are_not_taken_for_text(make_compactor, config):
+    """7,000 tokens of tool definitions in a 32k window (MCP servers list that many) are more than
+    the tenth of the window one report takes for an offset. Reported on a small first view, the
+    rest was taken for a scale (clamped at 4) and the next view, with one file of 6,000 tokens
+    read, counted 27,000: a Full summary (or an Emergency truncation) of a view at 40 % of the
+    window. From one report the scale stays a plausible estimator's error; the rest is offset."""
+    window = 32_000
+    compactor = make_compactor(config, context_window=window)
+    history = build_history([])
+    compactor.observe_usage("s", provider(compactor.compact(history, "s"), 1.0, offset=7000))
+    history += tool_turn("read", 24_000)
+    view, record = compactor.compact_with_record(history, "s")
+    true = provider(history, 1.0, offset=7000)
+    assert tier_at(true, window) is CompactionTier.NONE
+    assert record.tier is CompactionTier.NONE and view == history
+    # counted on the safe side, the text at no more than 1.5 times its estimate
+    assert true <= record.tokens_before <= 7000 + ONE_REPORT_SCALE * estimate(history) + 1
+    compactor.observe_usage("s", true)  # the second report, on a view of another size, settles it
+    record = compactor.compact_with_record(history, "s")[1]
+    assert record.token_offset == pytest.approx(7000, abs=2) and abs(record.tokens_before - true) <= 2
