@@ -160,19 +160,19 @@ class ProgressiveCompactor:
         """
         return read_result(self, handle, lines, session_id)
 
-    def observe_usage(self, session_id: str | None, input_tokens: int) -> float | None:
-        """Tell the compactor the provider's count of the last view it returned for the session.
+    def observe_usage(
+        self, session_id: str | None, input_tokens: int, record: CompactionRecord | None = None
+    ) -> float | None:
+        """The provider's count of the last view returned for the session, or of ``record``'s
+        (``compact_with_record``'s: model calls in flight together, a report that comes late).
 
         ``input_tokens`` is the whole prompt the provider reported for the request that sent that
         view (OpenAI's ``prompt_tokens``/``input_tokens``; Anthropic's ``input_tokens`` plus its
-        ``cache_creation_input_tokens`` and ``cache_read_input_tokens``). From then on the
-        session's views count ``offset + scale × estimate``, both learnt from the reports (the
-        offset: what the provider counts besides the messages, tool definitions), so the tiers
-        fire at the real share of the window; records say them (``token_offset``,
-        ``token_correction``). Returns ``reported ÷ estimated`` for the view (at most 4); None when no
-        view was returned yet, or the count is under a quarter of it (ignored): :mod:`progressive_compactor.usage`.
-        """
-        return self._usage.observe(self._session_id(session_id), input_tokens)
+        ``cache_creation_input_tokens`` and ``cache_read_input_tokens``). The session's views then
+        count ``offset + scale × estimate`` (the offset: tool definitions), learnt from the reports
+        (records say them: ``token_offset``, ``token_correction``). Returns ``reported ÷ estimated``
+        (at most 4); None without such a view (none yet, or not among the latest) or a count under a quarter of it."""
+        return self._usage.observe(self._session_id(session_id), input_tokens, record.id if record else None)
 
     def state(self, session_id: str | None = None) -> SessionState:
         """The saved state of a session (an empty state for a new one)."""
@@ -295,11 +295,11 @@ class ProgressiveCompactor:
             work.offloaded += [entry for entry in earlier.offloaded if entry not in work.offloaded]
         out = cache.renewed(out)
         stable = correction.total(cache.stable_prefix_tokens(out, after, messages))
-        self._usage.returned(sid, after)
-        before, after = correction.total(before), correction.total(after)
+        estimated, before, after = after, correction.total(before), correction.total(after)
         record = self._record(
             work, tier, requested, started, before, after, msgs_before, len(out), repairs, stable, correction
         )
+        self._usage.returned(sid, estimated, record.id)
         self.hooks.persist_record(record)
         return out, record
 

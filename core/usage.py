@@ -6,8 +6,8 @@ chat format of another model family). The provider reports the real count of eve
 (``prompt_tokens``, ``input_tokens``). After a model call the caller (or an integration, from
 the framework's usage reporting) hands that count to
 :meth:`ProgressiveCompactor.observe_usage <progressive_compactor.ProgressiveCompactor.observe_usage>`
-for the view the compactor last returned for the session; from then on the session's counts are
-corrected.
+for the view the compactor last returned for the session (or the view of the record it names:
+the integrations name it); from then on the session's counts are corrected.
 
 The provider's count of a view is modelled as ``offset + scale × estimate``: the *scale* is the
 estimator's error, proportional to the text; the *offset* is what the provider counts besides
@@ -121,6 +121,9 @@ class UsageAnchor:
 
     estimated: int = 0
     """Estimated tokens of the last view returned for the session (0: none returned yet)."""
+    views: dict[str, int] = attrs.Factory(dict)
+    """Estimated tokens of the latest views returned (at most :data:`KEPT_REPORTS`), by the id of
+    their records: a report that names its view is paired with it, not with the last one."""
     low: tuple[int, int] | None = None
     """``(estimated, reported)`` of the smallest view reported on (the newest of the smallest)."""
     recent: list[tuple[int, int]] = attrs.Factory(list)
@@ -147,18 +150,24 @@ class UsageAnchors:
         with self._lock:
             self._sessions.setdefault(session_id, UsageAnchor())
 
-    def returned(self, session_id: str, estimated: int) -> None:
-        """A view estimated at ``estimated`` tokens was returned for the session; nothing when
-        the session's anchor was dropped with its cache meanwhile (its next turn starts anew)."""
+    def returned(self, session_id: str, estimated: int, view_id: str | None = None) -> None:
+        """A view estimated at ``estimated`` tokens was returned for the session (with the record
+        ``view_id``); nothing when the session's anchor was dropped with its cache meanwhile (its
+        next turn starts anew)."""
         with self._lock:
             anchor = self._sessions.get(session_id)
             if anchor is not None:
                 anchor.estimated = estimated
+                if view_id is not None:
+                    anchor.views[view_id] = estimated
+                    if len(anchor.views) > KEPT_REPORTS:
+                        del anchor.views[next(iter(anchor.views))]
 
-    def observe(self, session_id: str, input_tokens: int) -> float | None:
-        """The provider counted ``input_tokens`` for the last view returned; the ratio of the
-        count to that view's estimate (kept between 0.25 and 4), or None when no view was
-        returned for the session yet (nothing to anchor) or the count is below a quarter of the
+    def observe(self, session_id: str, input_tokens: int, view_id: str | None = None) -> float | None:
+        """The provider counted ``input_tokens`` for the last view returned (or the view of the
+        record ``view_id``, one of the latest few); the ratio of the count to that view's estimate
+        (kept between 0.25 and 4), or None when no view was returned for the session yet, or that
+        view is not one of the latest (nothing to anchor), or the count is below a quarter of the
         estimate: no tokenizer counts a whole view so short (it is the count of part of it, say
         Anthropic's ``input_tokens`` without the cached tokens), and taken for the view's count
         it would let the view grow past the window before any tier fires."""
@@ -166,24 +175,27 @@ class UsageAnchors:
             raise ValueError(f"input_tokens must be a whole number of tokens, 0 or more, got {input_tokens!r}")
         with self._lock:
             anchor = self._sessions.get(session_id)
-            if anchor is None or anchor.estimated <= 0 or input_tokens == 0:
+            if anchor is None or input_tokens == 0:
                 return None
-            if input_tokens < MIN_RATIO * anchor.estimated:
+            estimated = anchor.estimated if view_id is None else anchor.views.get(view_id, 0)
+            if estimated <= 0:
+                return None
+            if input_tokens < MIN_RATIO * estimated:
                 log.warning(
                     "session %s: the provider's count of %d input tokens is below a quarter of the view's "
                     "estimate (%d), so it is not a count of the whole view; ignored (report the whole prompt: "
                     "with Anthropic, input_tokens + cache_creation_input_tokens + cache_read_input_tokens)",
                     self.redact(session_id),
                     input_tokens,
-                    anchor.estimated,
+                    estimated,
                 )
                 return None
-            latest = (anchor.estimated, input_tokens)
+            latest = (estimated, input_tokens)
             if anchor.low is None or latest[0] <= anchor.low[0]:
                 anchor.low = latest
             anchor.recent = [*anchor.recent[1 - KEPT_REPORTS :], latest]
             anchor.correction = fitted(anchor.recent, self.context_window, anchor.low)
-            return _clamped(input_tokens / anchor.estimated)
+            return _clamped(input_tokens / estimated)
 
     def forget(self, session_id: str) -> None:
         with self._lock:

@@ -415,3 +415,41 @@ def test_tool_definitions_over_a_tenth_of_the_window_are_not_taken_for_text(make
     compactor.observe_usage("s", true)  # the second report, on a view of another size, settles it
     record = compactor.compact_with_record(history, "s")[1]
     assert record.token_offset == pytest.approx(7000, abs=2) and abs(record.tokens_before - true) <= 2
+
+
+def test_a_report_for_an_earlier_view_is_paired_with_that_view(make_compactor):
+    """Two model calls of one session in flight (two runs of a thread at once, or a report that
+    comes late): the count of the first view arrived after the compactor had returned a second,
+    compacted one (a fifth of its size), and was taken for the count of that one: the next turn
+    counted a view at 11 % of the window as 59 % of it, one step from a needless compaction. An
+    integration knows which view a count is for and says so; the count is paired with that view."""
+    from progressive_compactor.integrations.common import Compaction
+
+    history = build_history([1900] * 27)
+    assert tier_at(estimate(history), WINDOW) is CompactionTier.FULL
+    compaction = Compaction(make_compactor(context_window=WINDOW))
+    first = compaction.compact(history[:-16], "s")  # about half the window: sent as it is
+    second = compaction.compact(history, "s")  # past Soft: summarized
+    assert first.record.tier is CompactionTier.NONE and second.record.tier is CompactionTier.FULL
+    assert estimate(second.view) < 0.5 * estimate(first.view)
+    compaction.observe(first, provider(first.view, 1.0))  # the first call's count, last
+    following = compaction.compact([*history, {"role": "user", "content": "go on"}], "s").record
+    true = provider([*second.view, {"role": "user", "content": "go on"}], 1.0)
+    assert following.tier is tier_at(true, WINDOW) is CompactionTier.NONE
+    assert following.token_correction == pytest.approx(1.0, abs=0.02) and abs(following.tokens_before - true) <= 3
+
+
+def test_observe_usage_names_the_view_by_its_record(make_compactor):
+    compactor = make_compactor(context_window=WINDOW)
+    history = build_history([1900] * 10)
+    first, first_record = compactor.compact_with_record(history[:3], "s")
+    second, _ = compactor.compact_with_record(history, "s")
+    count = provider(first, 1.2)
+    assert compactor.observe_usage("s", count, first_record) == pytest.approx(1.2, abs=0.01)
+    assert compactor.compact_with_record(history[:3], "s")[1].tokens_before == count  # that view: as reported
+    other = compactor.compact_with_record(history, "other")[1]
+    assert compactor.observe_usage("s", 5000, other) is None  # another session's view: not this one's
+    for end in range(4, 14):  # the view of the first record is no longer among the latest
+        compactor.compact(history[:end], "s")
+    assert compactor.observe_usage("s", count, first_record) is None
+    assert compactor.observe_usage("s", provider(second, 1.2)) is not None  # unnamed: the last view's

@@ -116,7 +116,7 @@ class Compaction:
         if outcome.failed or not input_tokens or input_tokens < 0:
             return
         try:
-            self.compactor.observe_usage(outcome.session_id, int(input_tokens))
+            self.compactor.observe_usage(outcome.session_id, int(input_tokens), outcome.record)
         except Exception as exc:  # noqa: BLE001 - usage is advice: never break the run for it
             redact = self.compactor.secrets.redact
             log.warning("reporting usage for session %s failed: %s", redact(outcome.session_id), redact(str(exc)))

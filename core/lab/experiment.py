@@ -380,12 +380,15 @@ class ExperimentCompactor(ProgressiveCompactor):
 
     # --- other services -----------------------------------------------------------------------
 
-    def observe_usage(self, session_id: str | None, input_tokens: int) -> float | None:
-        """Anchors the token counts of the variant that returned the session's last view (the
-        compactor that counts its views); None when none did, and no variant is decided for it."""
+    def observe_usage(
+        self, session_id: str | None, input_tokens: int, record: CompactionRecord | None = None
+    ) -> float | None:
+        """Anchors the token counts of the variant that returned the session's last view (or
+        ``record``'s: the compactor that counts its views); None when none did, and no variant is
+        decided for it."""
         sid = self._session_id(session_id)
         for compactor in list(self._variants.values()):
-            ratio = compactor.observe_usage(sid, input_tokens)
+            ratio = compactor.observe_usage(sid, input_tokens, record)
             if ratio is not None:
                 return ratio
         return None
