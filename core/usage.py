@@ -20,10 +20,11 @@ small a compaction makes the view. A :class:`Correction` is the two of them:
   counts that way;
 - from one report (or views of about the same size), the excess of the count over the estimate
   is the offset up to :data:`MAX_OFFSET_SHARE` of the window, the rest a scale up to
-  :data:`ONE_REPORT_SCALE`, and what is left beyond it the offset again: a small first view (the
-  system message and the request) with thousands of tokens of tool definitions, even more than
-  a tenth of the window, is not taken for text that counts four times its estimate, and a large
-  view's excess for an offset that a compacted view would keep;
+  :data:`ONE_REPORT_SCALE` and what is left beyond it the offset again, when that offset is
+  under half the window (:data:`ONE_REPORT_OFFSET_SHARE`; else the rest is all scale): a small
+  first view (the system message and the request) with thousands of tokens of tool definitions,
+  even more than a tenth of the window, is not taken for text that counts four times its
+  estimate, and a large view's excess for an offset that a compacted view would keep;
 - ``scale`` is kept between 0.25 and 4 and ``offset`` between 0 and the reported count, so that
   a count reported for the wrong view cannot make a session compact on every turn or never; a
   count below a quarter of the view's estimate is ignored: it counts part of the view only;
@@ -55,7 +56,13 @@ MAX_OFFSET_SHARE = 0.1
 """From one report, at most this share of the window is taken for the provider's offset."""
 ONE_REPORT_SCALE = 1.5
 """From one report, the text counts at most this many times its estimate (estimators are off by
-±30 %; counting more is the safe side); more of an excess is the provider's offset."""
+±30 %; counting more is the safe side); more of an excess is the provider's offset, up to
+:data:`ONE_REPORT_OFFSET_SHARE` of the window."""
+ONE_REPORT_OFFSET_SHARE = 0.5
+"""A count that an offset of this share of the window and :data:`ONE_REPORT_SCALE` do not explain
+(the usage of several requests summed, another session's) is no count of the view's text and
+tool definitions: it is taken as one report was before, the scale clamped at 4, so that the offset
+of every view after it does not truncate them all."""
 SPREAD = 0.25
 """Two reports give a slope when the smaller view is at most ``1 - SPREAD`` of the larger (and
 :data:`MIN_SPREAD` tokens apart): closer, the rounding and the text's mix decide the slope."""
@@ -92,9 +99,12 @@ def fitted(reports: Sequence[tuple[int, int]], window: int, low: tuple[int, int]
     if found is not None:
         return found
     # one report's worth: the excess is the offset up to its share of the window, the rest scale
-    # up to a plausible estimator's error, and the offset again beyond it
+    # up to a plausible estimator's error, and the offset again beyond it (up to half the window)
     e1, r1 = reports[-1]
-    offset = max(min(max(r1 - e1, 0), int(MAX_OFFSET_SHARE * window)), r1 - int(ONE_REPORT_SCALE * e1))
+    offset = min(max(r1 - e1, 0), int(MAX_OFFSET_SHARE * window))
+    beyond = r1 - int(ONE_REPORT_SCALE * e1)
+    if offset < beyond <= ONE_REPORT_OFFSET_SHARE * window:
+        offset = beyond
     return Correction(_clamped((r1 - offset) / e1), offset)
 
 

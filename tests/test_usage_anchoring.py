@@ -453,3 +453,21 @@ def test_observe_usage_names_the_view_by_its_record(make_compactor):
         compactor.compact(history[:end], "s")
     assert compactor.observe_usage("s", count, first_record) is None
     assert compactor.observe_usage("s", provider(second, 1.2)) is not None  # unnamed: the last view's
+
+
+def test_a_wild_count_does_not_truncate_every_view(make_compactor):
+    """A count far beyond what the view could hold (the whole run's usage summed, a count of
+    another session's request) was taken whole for an offset counted with every view after it:
+    the next view, at 12 % of the window, was truncated by Emergency. What one report gives the
+    offset beyond a tenth of the window stays under half of it."""
+    compactor = make_compactor(context_window=WINDOW)
+    history = build_history([1900] * 4)
+    compactor.observe_usage("s", 40 * compactor_view_count(compactor, history))
+    view, record = compactor.compact_with_record([*history, {"role": "user", "content": "go on"}], "s")
+    assert record.tier < CompactionTier.EMERGENCY and record.token_offset <= WINDOW // 2
+    assert view[-1]["content"] == "go on" and len(view) == len(history) + 1
+
+
+def compactor_view_count(compactor, history) -> int:
+    """The provider's count (the estimate) of the view the compactor returns for ``history``."""
+    return estimate(compactor.compact(history, "s"))
