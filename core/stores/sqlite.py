@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -69,6 +70,19 @@ LOCKED_PAUSE = 3.0
 """Seconds (at most ``timeout``) every write fails at once after one waited for the lock in vain."""
 _LOCKED: dict[str, tuple[float, str]] = {}
 """Database file -> (until when writes fail at once, why), shared by the plugins of a process."""
+_OPEN: weakref.WeakSet[SqliteDatabase] = weakref.WeakSet()
+"""Every database of the process, whose locks a forked child takes afresh."""
+
+
+def _forked() -> None:
+    """In a forked child: a new lock for each database, so the child never waits for a lock that
+    one of its parent's threads held at the fork (that thread does not run in the child)."""
+    for database in list(_OPEN):
+        database._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 @attrs.frozen
@@ -95,6 +109,7 @@ class SqliteDatabase:
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._lock = threading.RLock()
+        _OPEN.add(self)
 
     def where(self, kind: str) -> str:
         return f"{self.path} ({TABLES[kind]})"
