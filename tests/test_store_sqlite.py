@@ -241,3 +241,26 @@ def test_a_fork_while_another_thread_waits_for_the_write_lock_does_not_hang_the_
         blocker.close()
         waiting.join()
     assert store.db.read_records("s") == ["{}", "{}"]
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("", "path must name the database file"),
+        ("{data_dir}", "is a folder"),
+        ("{data_dir}/folder", "is a folder"),
+        ("{data_dir}/a-file/compactor.sqlite3", "is not a folder"),
+    ],
+)
+def test_a_path_that_cannot_be_a_database_file_is_a_config_error_naming_the_setting(tmp_path, path, said):
+    from progressive_compactor.errors import ConfigError
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "a-file").write_text("notes")
+    backend = Backend("sqlite", {}, tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        backend.compactor(config={"state-sqlite": {"path": path}})
+    (problem,) = caught.value.problems
+    assert said in problem and problem.endswith("@ $.config.state-sqlite.path")
+    assert "compactor.sqlite3" in problem  # the fix: a file name
+    assert (tmp_path / "a-file").read_text() == "notes"

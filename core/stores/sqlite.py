@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import attrs
 
 from ..converters import setting_check
-from ..errors import StorageError
+from ..errors import ConfigError, StorageError
 from ..storage import private_dir
 from .common import INHERITED, fail, is_storable, storable_id, storable_text
 
@@ -89,12 +89,30 @@ if hasattr(os, "register_at_fork"):
 class SqliteSettings:
     """Where the database file is, and how long a write waits for another process's."""
 
-    path: str = "{data_dir}/compactor.sqlite3"
+    path: str = attrs.field(
+        default="{data_dir}/compactor.sqlite3",
+        validator=setting_check(
+            lambda v: v.strip() != "", "path must name the database file, such as {{data_dir}}/compactor.sqlite3"
+        ),
+    )
     """The database file; the three SQLite plugins share it when they name the same one."""
     timeout: float = attrs.field(
         default=10.0, validator=setting_check(lambda v: v > 0, "timeout must be more than 0 seconds, got {value}")
     )
     """Seconds a write waits for another process's write to finish before it fails."""
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` can never be a database file (a folder is there, or a file where a folder of
+    it should be), with the fix; empty when it can be."""
+    if path.is_dir():
+        return f"{path} is a folder; name a file in it, such as {path / 'compactor.sqlite3'}"
+    for folder in path.parents:
+        if os.path.lexists(folder):
+            if folder.is_dir():
+                return ""
+            return f"{folder} is not a folder; name a file in a folder, such as {{data_dir}}/compactor.sqlite3"
+    return ""
 
 
 class SqliteDatabase:
@@ -103,6 +121,9 @@ class SqliteDatabase:
 
     def __init__(self, settings: SqliteSettings, context: PluginContext, plugin: str):
         self.path = Path(context.path(settings.path))
+        problem = _not_a_file(self.path)
+        if problem:
+            raise ConfigError([f"path {settings.path!r}: {problem} @ $.config.{plugin}.path"])
         self.timeout = settings.timeout
         self.secrets = context.secrets
         self.plugin = plugin
