@@ -31,7 +31,7 @@ are masked either way).
 |---|---|---|
 | ``compactor.tokens.saved`` | counter, ``{token}`` | ``compactor.tier`` |
 | ``compactor.compactions`` | counter, ``{compaction}`` | ``compactor.tier`` |
-| ``compactor.summarizer.duration`` | histogram, ``s`` | ``compactor.summarizer``, ``error.type`` when it failed |
+| ``compactor.summarizer.duration`` | histogram, ``s`` (buckets 0.01 to 81.92) | ``compactor.summarizer``, ``error.type`` when it failed |
 | ``compactor.summarizer.tokens`` | counter, ``{token}`` | ``gen_ai.token.type`` (``input``, ``output``) |
 | ``compactor.errors`` | counter, ``{error}`` | ``error.type`` |
 
@@ -59,6 +59,9 @@ from progressive_compactor.plugin import (
     setting_check,
 )
 
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+"""Bucket bounds in seconds of ``compactor.summarizer.duration``: the GenAI conventions' for the
+duration of a model call (the SDK's default bounds are for milliseconds)."""
 EMERGENCY_NOTE = "emergency fallback: forced truncation"
 ERROR_TYPES = (
     ("compaction failed", "compaction_failed"),
@@ -131,7 +134,12 @@ class OtelTelemetry:
             "compactor.tokens.saved", "{token}", "Tokens a compaction removed from the view"
         )
         self.compactions = meter.create_counter("compactor.compactions", "{compaction}", "Turns that changed the view")
-        self.latency = meter.create_histogram("compactor.summarizer.duration", "s", "Time of one summarizer call")
+        self.latency = meter.create_histogram(
+            "compactor.summarizer.duration",
+            "s",
+            "Time of one summarizer call",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
         self.summary_tokens = meter.create_counter(
             "compactor.summarizer.tokens", "{token}", "Tokens the summarizer's provider reported"
         )

@@ -251,3 +251,26 @@ def test_an_async_summarizer_that_fails_before_its_await_is_timed_as_a_failure(m
     latency = points(reader, "compactor.summarizer.duration")
     assert [(a.get("error.type"), p.count) for a, p in latency] == [("ConnectionError", 1)]
     assert spans.get_finished_spans()[-1].attributes["error.type"] == "summarizer_failed"
+
+
+def test_the_summarizer_latency_histogram_has_buckets_for_seconds(make_compactor, telemetry):
+    """A summary takes from tens of milliseconds to a minute: the histogram in ``s`` tells them
+    apart (the SDK's default buckets, 0 5 10 25 ... 10000, are for milliseconds and put every
+    call under 5 s in one bucket)."""
+    import time
+
+    plugin, _, reader, _ = telemetry
+    history = build_history([3000] * 12)
+
+    def slow(request):
+        time.sleep(0.3)
+        return "## User Intent\nfix it\n\nThe summary."
+
+    compactor, store = compactor_with(make_compactor, plugin, context_window=int(9000 / 0.85))
+    compactor.pm.register(RecordingSummarizer(text=slow), "slow")
+    compactor.compact_with_record(history, "s")
+    ((_, point),) = points(reader, "compactor.summarizer.duration")
+    bounds = list(point.explicit_bounds)
+    assert 0 < bounds[0] <= 0.01 and bounds[-1] >= 60  # from 10 ms to over a minute
+    (bucket,) = [i for i, count in enumerate(point.bucket_counts) if count]
+    assert 0.3 <= bounds[bucket] <= 0.64  # the 0.3 s call, told apart from a 3 s one
