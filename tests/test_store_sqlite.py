@@ -264,3 +264,18 @@ def test_a_path_that_cannot_be_a_database_file_is_a_config_error_naming_the_sett
     assert said in problem and problem.endswith("@ $.config.state-sqlite.path")
     assert "compactor.sqlite3" in problem  # the fix: a file name
     assert (tmp_path / "a-file").read_text() == "notes"
+
+
+@pytest.mark.parametrize("timeout", [1e7, float("inf")])
+def test_a_timeout_sqlite_cannot_wait_is_a_config_error_not_no_wait_at_all(tmp_path, timeout):
+    """SQLite's busy timeout is a 32-bit number of milliseconds: a longer one (``.inf``, meant as
+    "wait as long as it takes") wrapped to 0, and every write failed at once on a lock."""
+    from progressive_compactor.errors import ConfigError
+
+    backend = Backend("sqlite", {}, tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        backend.compactor(config={"store-sqlite": {"timeout": timeout}})
+    assert any("timeout must be" in p and p.endswith("@ $.config.store-sqlite.timeout") for p in caught.value.problems)
+    longest = backend.compactor(config={"store-sqlite": {"timeout": 2_147_483}}).pm.get_plugin("store-sqlite")
+    assert longest.db._run(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) == 2_147_483_000
+    backend.close()

@@ -15,8 +15,9 @@ from ..errors import ConfigError, StorageError
 from ..redaction import PASSWORD_MASK, SecretRegistry, connection_passwords, mask_passwords
 
 MAX_TIMEOUT = 2_147_483
-"""The longest ``timeout`` in seconds: PostgreSQL's ``statement_timeout`` is a 32-bit number of
-milliseconds, and an infinite one is no timeout."""
+"""The longest ``timeout`` in seconds: PostgreSQL's ``statement_timeout`` and SQLite's busy
+timeout are 32-bit numbers of milliseconds (SQLite's wraps to no wait at all past it), and an
+infinite one is no timeout."""
 TIMEOUT_RULE = f"timeout must be more than 0 and at most {MAX_TIMEOUT} seconds, got {{value}}"
 
 

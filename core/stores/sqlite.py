@@ -35,7 +35,7 @@ import attrs
 from ..converters import setting_check
 from ..errors import ConfigError, StorageError
 from ..storage import private_dir
-from .common import INHERITED, fail, is_storable, storable_id, storable_text
+from .common import INHERITED, TIMEOUT_RULE, fail, is_storable, storable_id, storable_text, usable_timeout
 
 if TYPE_CHECKING:
     import sqlite3
@@ -96,10 +96,9 @@ class SqliteSettings:
         ),
     )
     """The database file; the three SQLite plugins share it when they name the same one."""
-    timeout: float = attrs.field(
-        default=10.0, validator=setting_check(lambda v: v > 0, "timeout must be more than 0 seconds, got {value}")
-    )
-    """Seconds a write waits for another process's write to finish before it fails."""
+    timeout: float = attrs.field(default=10.0, validator=setting_check(usable_timeout, TIMEOUT_RULE))
+    """Seconds a write waits for another process's write to finish before it fails (SQLite's busy
+    timeout, a 32-bit number of milliseconds: a longer one would be no wait at all)."""
 
 
 def _not_a_file(path: Path) -> str:
