@@ -70,6 +70,8 @@ ERROR_TYPES = (
     ("saving session state failed", "state_save_failed"),
     ("loading session state failed", "state_load_failed"),
     ("session state did not match", "state_mismatch"),
+    ("session state covers", "state_mismatch"),
+    ("loop guard", "loop_guard"),
     ("repaired view", "repaired_view"),
     ("anchor parsing incomplete", "anchors_incomplete"),
 )

@@ -274,3 +274,21 @@ def test_the_summarizer_latency_histogram_has_buckets_for_seconds(make_compactor
     assert 0 < bounds[0] <= 0.01 and bounds[-1] >= 60  # from 10 ms to over a minute
     (bucket,) = [i for i, count in enumerate(point.bucket_counts) if count]
     assert 0.3 <= bounds[bucket] <= 0.64  # the 0.3 s call, told apart from a 3 s one
+
+
+def test_every_cause_the_core_reports_has_its_own_error_type(make_compactor, telemetry):
+    """A state that covers more than the history sent (an earlier turn sent again) or messages it
+    went on without is a state mismatch, as one that did not match at all: never ``_OTHER``."""
+    from progressive_compactor.plugins.otel import error_type
+
+    plugin, spans, reader, _ = telemetry
+    history = build_history([3000] * 12)
+    compactor, store = compactor_with(make_compactor, plugin, context_window=int(9000 / 0.85))
+    compactor.compact_with_record(history, "s")
+    compactor.compact_with_record(history[:4], "s")  # an earlier turn sent again
+    assert store.records[-1].errors[0].startswith("session state covers more messages")
+    assert spans.get_finished_spans()[-1].attributes["error.type"] == "state_mismatch"
+    assert points(reader, "compactor.errors") == [({"error.type": "state_mismatch"}, 1)]
+    rewound = "session state covers messages this history went on without (rewound); started over"
+    assert error_type(rewound) == "state_mismatch"
+    assert error_type("loop guard: a summary of these messages came back larger than them") == "loop_guard"
