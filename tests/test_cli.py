@@ -245,6 +245,20 @@ def test_compact_json_and_output_file(tmp_path: Path, cfg: Path, session: Path) 
     assert data["record"]["tokens_after"] < data["record"]["tokens_before"]
 
 
+def test_an_output_file_that_is_the_input_is_refused_and_the_input_kept(
+    tmp_path: Path, cfg: Path, session: Path
+) -> None:
+    before = session.read_bytes()
+    result = run("compact", session, "-c", cfg, "-o", session)
+    message = f"error: --output {session} is the input file {session}; write to another file (see '"
+    assert one_error_line(result).startswith(message)
+    assert result.exit_code == 2 and session.read_bytes() == before
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(session)  # the same file by another name
+    assert run("compact", link, "-c", cfg, "-o", session).exit_code == 2
+    assert session.read_bytes() == before
+
+
 def test_compact_says_what_failed_on_stderr_and_still_writes_the_whole_view(tmp_path: Path, session: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()

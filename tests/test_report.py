@@ -415,6 +415,15 @@ def test_report_bad_input(tmp_path: Path, cfg: Path) -> None:
     assert result.exit_code == 1 and "no *.jsonl session files" in result.output
 
 
+def test_report_never_writes_over_an_input(tmp_path: Path, cfg: Path, session: Path) -> None:
+    before = session.read_bytes()
+    result = run("report", session, "-c", cfg, "-o", session)
+    assert result.exit_code == 2 and "is the input file" in result.output
+    assert session.read_bytes() == before
+    result = run("report", tmp_path, "-c", cfg, "-o", session)  # a folder's session is an input too
+    assert result.exit_code == 2 and session.read_bytes() == before
+
+
 # --- a real session ---------------------------------------------------------------------------
 
 

@@ -256,6 +256,20 @@ def write_output(path: str, text: str) -> None:
         raise click.ClickException(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
+def check_output(path: str | None, inputs: Sequence[str]) -> None:
+    """Refuse an output file that is one of the command's input files (also by another name),
+    before any work: writing it would replace the input."""
+    if not path or path == "-":
+        return
+    for source in inputs:
+        try:
+            same = source != "-" and os.path.samefile(path, source)
+        except OSError:  # one of them does not exist (yet)
+            continue
+        if same:
+            raise click.UsageError(f"--output {path} is the input file {source}; write to another file")
+
+
 # --- the commands -----------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import click
 
 from ..converters import EMERGENCY_CAUSE
 from .app import (
+    check_output,
     config_option,
     data_dir_option,
     json_option,
@@ -57,6 +58,7 @@ def compact(
     from ..notice import notice
     from ..redaction import redact_data
 
+    check_output(output, [session_file])
     cfg = load_cli_config(config, context_window=context_window, data_dir=data_dir)
     messages = load_history(session_file)
     sid = session_id or (Path(session_file).stem if session_file != "-" else "stdin")

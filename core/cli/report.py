@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import click
 
-from .app import json_option, json_text, load_cli_config, storage_compactor, write_output
+from .app import check_output, json_option, json_text, load_cli_config, storage_compactor, write_output
 from .inputs import read_text
 
 
@@ -194,6 +194,7 @@ def report(
     records_files = [f for f in files if kinds[f] == "records"]
     comparing = len(configs) > 1 or len(window_list) > 1
     target = output or default_output(inputs, comparing)
+    check_output(target, files)
     err = make_console(stderr=True)
     runs: list[Any] = []
     with work_folder(keep) as directory:
