@@ -1098,6 +1098,9 @@ def test_gc_removes_the_state_files_set_aside_as_unreadable_with_their_session(
 
 def test_gc_arguments(cfg: Path) -> None:
     assert "either SESSION or --older-than" in one_error_line(run("gc", "-c", cfg))
+    # M is a month to many (systemd, ISO 8601): never read as a minute, which would delete live sessions
+    assert "ambiguous" in one_error_line(run("gc", "--older-than", "1M", "-c", cfg, "--dry-run"))
+    assert run("gc", "--older-than", "1D", "-c", cfg, "--dry-run").exit_code == 0
     assert run("gc", "s", "--older-than", "1d", "-c", cfg).exit_code == 2
     assert "expected a duration" in one_error_line(run("gc", "--older-than", "soon", "-c", cfg))
 

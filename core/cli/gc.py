@@ -21,7 +21,14 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_duration(value: str) -> float:
-    """``7d``, ``12h``, ``30m``, ``2w``, ``1d12h`` -> seconds."""
+    """``7d``, ``12h``, ``30m``, ``2w``, ``1d12h`` -> seconds. ``M`` is refused: a month to
+    many (systemd, ISO 8601), it would delete what is a minute old if read as ``m``."""
+    if "M" in value:
+        raise click.BadParameter(
+            f"{value!r} is ambiguous: M is a month to some and a minute to others; "
+            "write 30m for minutes, or days (30d) for a month",
+            param_hint="--older-than",
+        )
     text = value.strip().lower()
     parts = _DURATION.findall(text)
     if not parts or _DURATION.sub("", text).strip():
