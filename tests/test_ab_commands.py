@@ -398,3 +398,21 @@ def test_an_error_inside_a_variant_prints_readably_with_two_workers(tmp_path, mo
         out.output
     )
     assert "; e; " not in out.output
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"\xff\xfe\n", "not UTF-8 text (byte 0)"),
+        (b"[1, 2]\n", "line 1 (message 0): expected an object with a 'role', got list"),
+        (b'{"role": "user", "content": "a"}\n{"role": "robot"}\n', "line 2 (message 1): role 'robot' is not one of"),
+    ],
+)
+def test_a_bad_session_file_is_named_with_its_problem(tmp_path, content, reason):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(EXAMPLES, corpus)
+    (corpus / "zz-bad.jsonl").write_bytes(content)
+    result = run("ab", "replay", corpus, "-e", "ab-example", "-w", "16000", "--workers", "1")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {corpus / 'zz-bad.jsonl'}: {reason}"), result.stderr
+    assert "Traceback" not in result.output

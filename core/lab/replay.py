@@ -376,19 +376,32 @@ def _result(
 
 
 def read_session(path: Any) -> list[dict[str, Any]]:
-    """Messages of a corpus file: JSONL, one chat message per line (blank lines skipped)."""
+    """Messages of a corpus file: JSONL, one chat message per line (blank lines skipped); a file
+    that is not UTF-8, a line that is not JSON or not a chat message is a :class:`CompactorError`
+    naming the file and the line."""
     import json
+    import re
     from pathlib import Path
 
+    from ..errors import CompactorError, InvalidMessagesError
+    from ..messages import message_from_dict
+
+    try:
+        text = Path(path).read_text("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CompactorError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     out = []
-    for number, line in enumerate(Path(path).read_text("utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                from ..errors import CompactorError
-
                 raise CompactorError(f"{path}: invalid JSON on line {number}: {exc.msg}") from exc
+            try:
+                message_from_dict(out[-1], len(out) - 1)
+            except InvalidMessagesError as exc:
+                reason = re.sub(r"^message \d+: ", "", str(exc))
+                raise CompactorError(f"{path}: line {number} (message {len(out) - 1}): {reason}") from None
     return out
 
 
