@@ -455,6 +455,24 @@ def test_degenerate_differences_have_a_plain_verdict():
     assert welch_t([2.0], [1.0, 1.5]).verdict == "too few sessions"
 
 
+def test_a_spread_that_is_only_rounding_is_no_spread():
+    """Costs are sums of floats: +0.10 USD on every session comes out as 0.09999999999999998,
+    0.10000000000000009... The t-test on that rounding says p = 1e-31 from three sessions; the
+    exact tests, as for a spread of exactly 0, say it could be chance."""
+    from progressive_compactor.lab.experiment import paired_t, welch_t
+    from progressive_compactor.lab.stats import sample_size
+
+    paired = paired_t([0.3, 0.7, 1.1], [0.2, 0.6, 1.0])
+    assert paired.se == 0 and paired.p == pytest.approx(0.25)  # the sign test, as for [2, 3, 4] - [1, 2, 3]
+    assert paired.verdict == "not significant" and paired.low == paired.high == paired.mean
+    welch = welch_t([0.1 + 0.2, 0.3, 0.3], [0.2, 0.2, 0.2])
+    assert welch.se == 0 and welch.p == pytest.approx(2 / 20) and welch.verdict == "not significant"
+    size = sample_size([0.3, 0.7, 1.1], [0.2, 0.6, 1.0], paired)
+    assert size is not None and size.pairs is None  # no spread: no sample size from it
+    # a real spread, however small against the values, is still a spread
+    assert paired_t([1000.0, 1000.0, 1000.0], [999.0, 999.0, 999.0 + 1e-6]).se > 0
+
+
 def test_sample_size_follows_the_normal_formula():
     from progressive_compactor.lab.experiment import sample_size, welch_t
 

@@ -227,6 +227,16 @@ class Difference:
         return "significant: lower" if self.mean < 0 else "significant: higher"
 
 
+ROUNDING = 1e-12
+"""A spread of values below this share of their magnitude is the rounding of sums of floats (costs
+equal but for it), taken as no spread: a t-test on rounding alone finds anything significant."""
+
+
+def _no_spread(values: Sequence[float], magnitude_of: Sequence[float]) -> bool:
+    """Whether ``values`` are all equal but for rounding, at the magnitude of ``magnitude_of``."""
+    return max(values) - min(values) <= ROUNDING * max(abs(x) for x in magnitude_of)
+
+
 def paired_t(treatment: Sequence[float], control: Sequence[float], alpha: float = 0.05) -> Difference:
     """Paired t-test of ``treatment[i] - control[i]``, with its confidence interval."""
     if len(treatment) != len(control):
@@ -237,7 +247,7 @@ def paired_t(treatment: Sequence[float], control: Sequence[float], alpha: float 
     control_mean = statistics.fmean(control)
     if n < 2:
         return Difference(mean, None, None, None, "paired t-test", True, n, n, None, None, alpha, control_mean)
-    se = statistics.stdev(diffs) / math.sqrt(n)
+    se = 0.0 if _no_spread(diffs, [*treatment, *control]) else statistics.stdev(diffs) / math.sqrt(n)
     return _t_result(mean, se, n - 1, "paired t-test", True, n, n, alpha, control_mean)
 
 
@@ -250,7 +260,8 @@ def welch_t(treatment: Sequence[float], control: Sequence[float], alpha: float =
     control_mean = statistics.fmean(control)
     if nt < 2 or nc < 2:
         return Difference(mean, None, None, None, "Welch t-test", False, nt, nc, None, None, alpha, control_mean)
-    vt, vc = statistics.variance(treatment) / nt, statistics.variance(control) / nc
+    vt = 0.0 if _no_spread(treatment, treatment) else statistics.variance(treatment) / nt
+    vc = 0.0 if _no_spread(control, control) else statistics.variance(control) / nc
     se = math.sqrt(vt + vc)
     df = (vt + vc) ** 2 / (vt**2 / (nt - 1) + vc**2 / (nc - 1)) if se > 0 else float(nt + nc - 2)
     return _t_result(mean, se, df, "Welch t-test", False, nt, nc, alpha, control_mean)
