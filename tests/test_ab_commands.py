@@ -416,3 +416,11 @@ def test_a_bad_session_file_is_named_with_its_problem(tmp_path, content, reason)
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: {corpus / 'zz-bad.jsonl'}: {reason}"), result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_report_reads_records_files_and_passes_over_a_folder_named_like_one(tmp_path):
+    records = tmp_path / "records"
+    expected = run_json("ab", "replay", EXAMPLES, "-e", "ab-example", "-w", "16000", "--records-dir", records)
+    (records / "default" / "archive.jsonl").mkdir()  # a folder, not a records file
+    reported = run_json("ab", "report", records, "-e", "ab-example")
+    assert reported["sessions"] == expected["sessions"]

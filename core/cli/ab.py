@@ -583,7 +583,7 @@ def report_command(
         prices, source = experiment.prices, "the experiment's"
         control = control or experiment.control
     root = Path(records_dir)
-    files = sorted(root.rglob("*.jsonl"))
+    files = sorted(path for path in root.rglob("*.jsonl") if not path.is_dir())  # a pipe is refused when read
     grouped = group_records((str(path.parent.relative_to(root)), read_records_file(path)) for path in files)
     if not grouped.sessions:
         raise click.ClickException(f"{records_dir}: no records to compare in *.jsonl files")
