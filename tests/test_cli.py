@@ -487,6 +487,21 @@ def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: 
     assert "⚡" not in result.stdout
 
 
+def test_sessions_of_the_same_file_name_get_names_no_other_file_has(tmp_path: Path, cfg: Path, session: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_jsonl(tmp_path / "a" / "x.jsonl", synthetic_history())
+    second = write_jsonl(tmp_path / "b" / "x.jsonl", synthetic_history(rounds=13))
+    third = write_jsonl(tmp_path / "x-2.jsonl", synthetic_history(rounds=14))
+    keep = tmp_path / "keep"
+    result = run("replay", first, second, third, "-c", cfg, "--json", "--keep", keep)
+    assert result.exit_code == 0, result.output
+    names = [json.loads(line)["session"] for line in result.stdout.splitlines()]
+    assert len(set(names)) == 3 and names[0] == "x" and names[2] == "x-2"  # each file's name stands
+    # each kept its own records: a second x named x-2 would have replaced the file x-2's
+    assert sorted(p.name for p in (keep / "records").iterdir()) == sorted(f"{n}.jsonl" for n in names)
+
+
 def test_replay_leaves_nothing_behind_without_keep(tmp_path: Path, session: Path) -> None:
     """The default config writes offloads under the working folder; a replay uses a temporary one."""
     work = tmp_path / "work"

@@ -113,13 +113,18 @@ def replay_summary(session: str, source: str, result: Any) -> dict[str, Any]:
 
 
 def session_ids(files: Sequence[str]) -> list[str]:
-    """File stems as session ids, made unique when two files share a name."""
-    seen: dict[str, int] = {}
+    """File stems as session ids, made unique when two files share a name: the second ``x`` is
+    ``x-2``, or ``x-3`` when a file is named ``x-2``."""
+    stems = [Path(f).stem if f != "-" else "stdin" for f in files]
+    used: set[str] = set()
     out = []
-    for f in files:
-        stem = Path(f).stem if f != "-" else "stdin"
-        seen[stem] = seen.get(stem, 0) + 1
-        out.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
+    for stem in stems:
+        name, n = stem, 1
+        while name in used or (n > 1 and name in stems):
+            n += 1
+            name = f"{stem}-{n}"
+        used.add(name)
+        out.append(name)
     return out
 
 
