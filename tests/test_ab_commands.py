@@ -424,3 +424,13 @@ def test_a_report_reads_records_files_and_passes_over_a_folder_named_like_one(tm
     (records / "default" / "archive.jsonl").mkdir()  # a folder, not a records file
     reported = run_json("ab", "report", records, "-e", "ab-example")
     assert reported["sessions"] == expected["sessions"]
+
+
+def test_a_records_folder_whose_variant_folder_is_the_corpus_is_refused_and_the_corpus_kept(tmp_path):
+    corpus = tmp_path / "runs" / "default"  # named as the experiment's control variant
+    shutil.copytree(EXAMPLES, corpus)
+    before = {p.name: p.read_bytes() for p in corpus.iterdir()}
+    result = run("ab", "replay", corpus, "-e", "ab-example", "-w", "16000", "--records-dir", tmp_path / "runs")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: --records-dir {tmp_path / 'runs'}: its folder default is the corpus")
+    assert {p.name: p.read_bytes() for p in corpus.iterdir()} == before  # not one session deleted or replaced

@@ -80,12 +80,7 @@ def _clear_records(records_dir: Path, folders: Sequence[str]) -> None:
     from ..storage import made_by_safe_name, write_private
 
     listed = records_dir / RUN_FOLDERS
-    try:
-        earlier = json.loads(listed.read_text("utf-8"))
-    except (OSError, ValueError):
-        earlier = []
-    names = [n for n in earlier if isinstance(n, str)] if isinstance(earlier, list) else []
-    for name in dict.fromkeys([*names, *folders]):
+    for name in dict.fromkeys([*_earlier_folders(records_dir), *folders]):
         folder = records_dir / name
         if not made_by_safe_name(name) or folder.is_symlink() or not folder.is_dir():
             continue  # never a path out of records_dir
@@ -95,6 +90,28 @@ def _clear_records(records_dir: Path, folders: Sequence[str]) -> None:
         if name not in folders and not any(folder.iterdir()):
             folder.rmdir()
     write_private(listed, json.dumps(list(folders)).encode("utf-8"), records_dir)
+
+
+def _earlier_folders(records_dir: Path) -> list[str]:
+    """The variant folders :data:`RUN_FOLDERS` names: what the last run into ``records_dir`` wrote."""
+    try:
+        earlier = json.loads((records_dir / RUN_FOLDERS).read_text("utf-8"))
+    except (OSError, ValueError):
+        earlier = []
+    return [n for n in earlier if isinstance(n, str)] if isinstance(earlier, list) else []
+
+
+def _refuse_corpus_folder(records_dir: Path, folders: Sequence[str], files: Sequence[Path]) -> None:
+    """A variant folder of ``records_dir`` (this run's or the last run's: both are cleared) that
+    is the folder of a session file is refused: its sessions would be deleted, then replaced by
+    records."""
+    corpus = {f.parent.resolve() for f in files}
+    for name in dict.fromkeys([*_earlier_folders(records_dir), *folders]):
+        if (records_dir / name).resolve() in corpus:
+            raise CompactorError(
+                f"--records-dir {records_dir}: its folder {name} is the corpus folder, whose sessions the "
+                "records would replace; name another records folder"
+            )
 
 
 def run_experiment(
@@ -116,7 +133,9 @@ def run_experiment(
     if records_dir:
         from ..storage import safe_name
 
-        _clear_records(Path(records_dir), [safe_name(v.name) for v in experiment.variants])
+        folders = [safe_name(v.name) for v in experiment.variants]
+        _refuse_corpus_folder(Path(records_dir), folders, files)
+        _clear_records(Path(records_dir), folders)
     prices = experiment.prices
     jobs = [(str(f), f.stem, v.name, v.config, records_dir, prices) for f in files for v in experiment.variants]
     results: dict[str, dict[str, dict[str, float | None]]] = {v.name: {} for v in experiment.variants}
