@@ -502,6 +502,20 @@ def test_sessions_of_the_same_file_name_get_names_no_other_file_has(tmp_path: Pa
     assert sorted(p.name for p in (keep / "records").iterdir()) == sorted(f"{n}.jsonl" for n in names)
 
 
+def test_a_keep_folder_where_the_replay_would_write_over_an_input_is_refused(tmp_path: Path, cfg: Path) -> None:
+    keep = tmp_path / "keep"
+    (keep / "records").mkdir(parents=True)
+    session = write_jsonl(keep / "records" / "sess.jsonl", synthetic_history())  # where its records would go
+    before = session.read_bytes()
+    for command in (["replay", "--json"], ["report", "-o", "-"]):
+        result = run(*command, session, "-c", cfg, "--keep", keep)
+        assert result.exit_code == 2, result.output
+        assert f"--keep {keep}: {session} is in its records folder" in result.stderr
+        assert session.read_bytes() == before
+    # the sessions' own folder is fine: the replay writes in subfolders of it
+    assert run("replay", session, "-c", cfg, "--keep", keep / "records").exit_code == 0
+
+
 def test_replay_leaves_nothing_behind_without_keep(tmp_path: Path, session: Path) -> None:
     """The default config writes offloads under the working folder; a replay uses a temporary one."""
     work = tmp_path / "work"

@@ -179,13 +179,24 @@ def write_lost_facts(directory: Path, session_id: str, result: Any) -> None:
 
 
 @contextlib.contextmanager
-def work_folder(keep: str | None) -> Iterator[Path]:
+def work_folder(keep: str | None, inputs: Sequence[str] = ()) -> Iterator[Path]:
     """The given folder (created owner-only, 0700, with any missing parent), or a temporary one
-    removed afterwards."""
+    removed afterwards. A kept folder is refused when one of the ``inputs`` is in a subfolder the
+    replay writes (``records``, ``tool_results``, ``replay``): the replay would replace it."""
     if keep:
         from ..storage import private_dir
+        from .records import FACTS_FOLDER
 
         path = Path(keep).expanduser().absolute()
+        for source in (s for s in inputs if s != "-"):
+            parent = Path(source).resolve().parent
+            for name in ("records", "tool_results", FACTS_FOLDER):
+                folder = (path / name).resolve()
+                if parent == folder or folder in parent.parents:
+                    raise click.UsageError(
+                        f"--keep {keep}: {source} is in its {name} folder, where the replay writes; "
+                        "keep the replay in another folder"
+                    )
         private_dir(path, path)
         yield path
         return
@@ -261,7 +272,7 @@ def replay(
     summaries = []
     histories = [load_history(f) for f in paths]
     probe = details or bool(keep)  # checking the probes at every compaction costs about 4 times the replay
-    with work_folder(keep) as directory, replay_progress(err, disable=not show_bar) as progress:
+    with work_folder(keep, paths) as directory, replay_progress(err, disable=not show_bar) as progress:
         task: Any = None
         # With a bar on a terminal, notices are printed above it (same terminal); otherwise to stdout.
         notices = progress.console if show_bar and is_tty(sys.stdout) else out

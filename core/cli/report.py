@@ -197,7 +197,7 @@ def report(
     check_output(target, files)
     err = make_console(stderr=True)
     runs: list[Any] = []
-    with work_folder(keep) as directory:
+    with work_folder(keep, sessions) as directory:
         if sessions:
             status = err.status("replaying", spinner="dots") if err.is_terminal and not as_json else None
             if status is not None:
