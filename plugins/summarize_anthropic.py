@@ -14,7 +14,16 @@ from typing import Any
 
 import attrs
 
-from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
+from progressive_compactor.http import (
+    HttpSummarizer,
+    HttpSummarizerConfig,
+    Prompt,
+    Reply,
+    api_key_env_field,
+    as_int,
+    dig,
+    require,
+)
 from progressive_compactor.plugin import SummarizerError, to_anthropic
 
 CONTEXT_FULL = "model_context_window_exceeded"
@@ -29,7 +38,7 @@ class AnthropicSummarizer(HttpSummarizer):
     class Config(HttpSummarizerConfig):
         model: str = "claude-3-5-haiku-latest"
         base_url: str = "https://api.anthropic.com/v1"
-        api_key_env: str | None = "ANTHROPIC_API_KEY"
+        api_key_env: str | None = api_key_env_field("ANTHROPIC_API_KEY")
         anthropic_version: str = "2023-06-01"
 
     def build_headers(self, api_key: str | None) -> dict[str, str]:

@@ -15,7 +15,16 @@ from typing import Any
 
 import attrs
 
-from progressive_compactor.http import HttpSummarizer, HttpSummarizerConfig, Prompt, Reply, as_int, dig, require
+from progressive_compactor.http import (
+    HttpSummarizer,
+    HttpSummarizerConfig,
+    Prompt,
+    Reply,
+    api_key_env_field,
+    as_int,
+    dig,
+    require,
+)
 from progressive_compactor.plugin import ANTHROPIC_KEY, SummarizerError, setting_check
 
 
@@ -27,7 +36,7 @@ class OpenAISummarizer(HttpSummarizer):
     class Config(HttpSummarizerConfig):
         model: str = "gpt-4o-mini"
         base_url: str = "https://api.openai.com/v1"
-        api_key_env: str | None = "OPENAI_API_KEY"
+        api_key_env: str | None = api_key_env_field("OPENAI_API_KEY")
         max_tokens_field: str = attrs.field(
             default="max_tokens",
             validator=setting_check(

@@ -942,6 +942,22 @@ def test_a_bad_base_url_is_reported_without_its_password(tmp_path, base_url):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(
+    "pasted",
+    ["sk-proj-Zq3x9T0kLm2Nb7Vc4Xr1Ws8Ye5Ua6Io", "AIzaSyD4f7Gh2Jk9Lm3Np6Qr8St1Uv5Wx0YzAbC"],
+    ids=["key", "google"],
+)
+def test_a_key_pasted_into_api_key_env_is_never_quoted(tmp_path, protocol, pasted):
+    """``api_key_env`` names a variable; a user who pastes the key itself there gets an error that
+    says so, naming the setting, never the key (a Google key is a valid variable name: it is
+    masked in the message that says the variable is not set)."""
+    with pytest.raises(ConfigError) as info:
+        make("http://127.0.0.1:9", protocol, tmp_path, api_key_env=pasted)
+    assert pasted not in str(info.value)
+    assert f"@ $.config.summarize-{protocol}.api_key_env" in str(info.value)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_query_in_base_url_stays_after_the_path(fake, tmp_path, protocol):
     # Azure OpenAI's api-version, a gateway's routing parameter
     compactor = make(fake.base_url + "/?api-version=2024-06-01", protocol, tmp_path)

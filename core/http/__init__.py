@@ -13,7 +13,16 @@ Importing this package does not import httpx; the clients are created on first u
 
 from .prompt import DEFAULT_TEMPLATE, PLACEHOLDERS, Prompt, PromptTemplate, build_prompt, load_template
 from .retry import HttpCall, HttpResponse, RetryPolicy, Timeouts, exchange, run_async, run_sync
-from .summarizer import HttpSummarizer, HttpSummarizerConfig, Reply, as_int, dig, provider_message, require
+from .summarizer import (
+    HttpSummarizer,
+    HttpSummarizerConfig,
+    Reply,
+    api_key_env_field,
+    as_int,
+    dig,
+    provider_message,
+    require,
+)
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -27,6 +36,7 @@ __all__ = [
     "Reply",
     "RetryPolicy",
     "Timeouts",
+    "api_key_env_field",
     "as_int",
     "build_prompt",
     "dig",

@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import attrs
 
+from ..converters import setting_check
 from ..errors import ConfigError, SummarizerError
 from ..hookspecs import hookimpl
 from ..messages import as_sent, message_to_dict
@@ -88,13 +89,30 @@ class Reply:
     ``message.refusal``); makes the reply ``refused``."""
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""What an environment variable's name is made of (a key pasted in its place is not)."""
+
+
+def api_key_env_field(default: str | None) -> Any:
+    """The ``api_key_env`` setting, with ``default``: an environment variable's name or null; a
+    key pasted in its place is a config error that does not quote it."""
+    return attrs.field(
+        default=default,
+        validator=setting_check(
+            lambda v: v is None or _ENV_NAME.fullmatch(v) is not None,
+            "api_key_env must name the environment variable that holds the API key (letters, digits and _, "
+            "such as OPENAI_API_KEY), not hold the key itself: export the key and name its variable here",
+        ),
+    )
+
+
 @attrs.frozen
 class HttpSummarizerConfig:
     """Settings every HTTP summarizer takes; each plugin's ``Config`` sets its own defaults."""
 
     model: str = ""
     base_url: str = ""
-    api_key_env: str | None = None
+    api_key_env: str | None = api_key_env_field(None)
     """Name of the environment variable holding the API key; null for an endpoint without one."""
     temperature: float | None = 0.0
     """Null leaves it out of the request (some reasoning models reject it)."""
@@ -221,7 +239,7 @@ class HttpSummarizer:
             raise ConfigError(
                 [
                     f"{self.plugin_name} reads its API key from the environment variable "
-                    f"{self.config.api_key_env}, which is not set; export it, or set api_key_env to "
+                    f"{self.secrets.redact(self.config.api_key_env)}, which is not set; export it, or set api_key_env to "
                     f"null for an endpoint without a key @ {where}.api_key_env"
                 ]
             )
@@ -286,7 +304,9 @@ class HttpSummarizer:
             return None
         key = (os.environ.get(name) or "").strip()  # a stray newline would break the header
         if not key:
-            raise SummarizerError(f"environment variable {name} (api_key_env) is not set; export the API key there")
+            raise SummarizerError(
+                f"environment variable {self.secrets.redact(name)} (api_key_env) is not set; export the API key there"
+            )
         self.secrets.add(key)
         return key
 
