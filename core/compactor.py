@@ -194,6 +194,7 @@ class ProgressiveCompactor:
 
     def close(self) -> None:
         self.hooks.close()
+        self._memory.close()
 
     async def aclose(self) -> None:
         """Close every plugin, awaiting the ``aclose()`` of those that have one; one that raises
@@ -252,7 +253,7 @@ class ProgressiveCompactor:
 
     async def _drive_async(self, turn: Generator[SummaryRequest, Summarized, TurnResult]) -> TurnResult:
         """As :meth:`_drive_sync`, the turn's own steps run off the event loop (:func:`advanced`)."""
-        step = await advanced(turn, None)
+        step = await advanced(turn, None, self._memory.steps())
         while not isinstance(step, Finished):
             try:
                 pending = self.hooks.asummarize(step)
@@ -266,7 +267,7 @@ class ProgressiveCompactor:
                 if isinstance(exc, asyncio.CancelledError) and cancelling():
                     raise  # this turn is cancelled (not the summarizer's own call): it stops, saving nothing
                 answer = Summarized.failed(cause(exc), exc)
-            step = await advanced(turn, answer)
+            step = await advanced(turn, answer, self._memory.steps())
         return step.value
 
     # --- one turn -----------------------------------------------------------------------------

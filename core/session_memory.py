@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
@@ -85,6 +87,23 @@ class SessionMemory:
         self._alocks: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Lock, list[int]]]
         ] = weakref.WeakKeyDictionary()
+        self._steps: tuple[ThreadPoolExecutor, int] | None = None
+
+    def steps(self) -> ThreadPoolExecutor:
+        """The thread the async API runs its turns' own steps in (:func:`advanced`): one, as a
+        turn's work is Python's but its waits on stores; more would only take the interpreter
+        from the event loop. Made anew in a forked child, whose parent's thread does not run."""
+        with self._guard:
+            if self._steps is None or self._steps[1] != os.getpid():
+                self._steps = (ThreadPoolExecutor(1, thread_name_prefix="progressive-compactor"), os.getpid())
+            return self._steps[0]
+
+    def close(self) -> None:
+        """Let the steps' thread end once it is idle (a later async turn starts another)."""
+        with self._guard:
+            steps, self._steps = self._steps, None
+        if steps is not None and steps[1] == os.getpid():
+            steps[0].shutdown(wait=False)
 
     def keep(self, session_id: str, cache: SessionCache) -> None:
         """Keep the session's cache, and an anchor for its usage reports, dropped with it (the
@@ -144,14 +163,14 @@ class Finished(Generic[R]):
         self.value = value
 
 
-async def advanced(turn: Generator[Y, S, R], answer: S | None) -> Y | Finished[R]:
-    """``turn`` sent ``answer`` (None to start it) in a worker thread, in the caller's context:
+async def advanced(turn: Generator[Y, S, R], answer: S | None, thread: ThreadPoolExecutor) -> Y | Finished[R]:
+    """``turn`` sent ``answer`` (None to start it) in ``thread``, in the caller's context:
     what it yielded next, or what it returned (:class:`Finished`). A turn's stores, files and
     records wait on disks and servers, which must not hold up the event loop. When the task is
     cancelled meanwhile, the step still ends before the cancellation goes on: nothing of a turn
     runs once its session's lock is released."""
     context = contextvars.copy_context()
-    step = asyncio.get_running_loop().run_in_executor(None, context.run, _send, turn, answer)
+    step = asyncio.get_running_loop().run_in_executor(thread, context.run, _send, turn, answer)
     try:
         return await asyncio.shield(step)
     except asyncio.CancelledError:
