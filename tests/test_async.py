@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 
 import pytest
 
@@ -307,3 +309,21 @@ def test_a_turn_cancelled_while_its_store_works_lets_the_store_finish_first(tmp_
             return await c.acompact(history, "s")
 
     assert valid(asyncio.run(main()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_worker_serves_async_turns_with_a_thread_of_its_own(tmp_path):
+    """A server that forks its workers after the compactor served (a preloaded app): the child's
+    async turns do not wait for the parent's step thread, which does not run in the child."""
+    with ProgressiveCompactor("classic", data_dir=str(tmp_path)) as compactor:
+        assert valid(asyncio.run(compactor.acompact(synthetic_history(marker(0), 3), "parent")))
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 when its turn was served
+            try:
+                signal.alarm(20)
+                view = asyncio.run(compactor.acompact(synthetic_history(marker(1), 3), "child"))
+                os._exit(0 if valid(view) else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
