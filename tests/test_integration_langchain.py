@@ -479,3 +479,34 @@ def test_anthropic_tool_use_blocks_are_not_counted_twice(make_compactor):
     ]
     data = to_dict(AIMessage(content=content, tool_calls=calls))
     assert char_count(message_from_dict(data)) < len(json.dumps(body)) + 200  # the arguments once
+
+
+def test_a_malformed_tool_call_keeps_its_error_result(make_compactor):
+    """A tool call whose arguments are not JSON is an ``invalid_tool_call``, which the providers
+    send back as a call and ``create_agent`` answers with an error ``ToolMessage``: the answer
+    stays a tool result after its call, as without the middleware (a user message in its place
+    leaves the call unanswered, which the provider refuses)."""
+    bad = {"type": "invalid_tool_call", "name": "write", "args": '{"path": "a.py", "content": "x', "id": "bad1"}
+
+    def last_request(middleware: list) -> list:
+        seen = []
+
+        class Truncating(ScriptedModel):
+            def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+                seen.append(list(messages))
+                if len(seen) == 1:
+                    message = AIMessage(content="", invalid_tool_calls=[dict(bad, error="not JSON")])
+                    return ChatResult(generations=[ChatGeneration(message=message)])
+                return super()._generate(messages, stop, run_manager, **kwargs)
+
+        agent = create_agent(Truncating(requests=[]), tools=[], middleware=middleware, checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "t"}}
+        agent.invoke({"messages": [HumanMessage("write a.py")]}, config)
+        agent.invoke({"messages": [HumanMessage("try again")]}, config)
+        return [(type(m).__name__, m.content, getattr(m, "tool_call_id", None)) for m in seen[-1]]
+
+    compacted = last_request([CompactionMiddleware(make_compactor(context_window=100_000))])
+    assert compacted == last_request([])
+    assert compacted[2][0] == "ToolMessage" and compacted[2][2] == "bad1"
+    changed = from_dict(dict(to_dict(AIMessage(content="", invalid_tool_calls=[bad])), content="shortened"))
+    assert changed.tool_calls == [] and [c["id"] for c in changed.invalid_tool_calls] == ["bad1"]

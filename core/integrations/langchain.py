@@ -106,6 +106,15 @@ def to_dict(message: BaseMessage) -> dict[str, Any]:
             }
             for call in message.tool_calls
         ]
+        calls += [  # sent as calls too, and answered by create_agent with an error result
+            {
+                "id": call.get("id") or "",
+                "type": "function",
+                "function": {"name": call.get("name") or "", "arguments": call.get("args") or ""},
+            }
+            for call in message.invalid_tool_calls
+            if call.get("id")
+        ]
         if calls:
             data["tool_calls"] = calls
     elif isinstance(message, ToolMessage):
@@ -137,10 +146,17 @@ class Converter:
         return out
 
 
-def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> list[dict[str, Any]]:
-    calls = []
+def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> tuple[list[Any], list[Any]]:
+    """The tool calls of an assistant dict as LangChain's ``tool_calls`` and ``invalid_tool_calls``
+    (those of the original that were invalid stay so, with their arguments as the dict has them)."""
+    invalid = {call.get("id"): call for call in original.invalid_tool_calls} if original is not None else {}
+    calls: list[Any] = []
+    bad: list[Any] = []
     for call in data.get("tool_calls") or []:
         function = call.get("function") or {}
+        if call.get("id") in invalid:
+            bad.append({**invalid[call.get("id")], "args": function.get("arguments")})
+            continue
         try:
             args = json.loads(function.get("arguments") or "{}")
         except ValueError:
@@ -148,7 +164,7 @@ def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> list[dict[s
         if not isinstance(args, dict):
             args = {"arguments": args}
         calls.append({"name": function.get("name", ""), "args": args, "id": call.get("id"), "type": "tool_call"})
-    return calls
+    return calls, bad
 
 
 def _with_files(original: Any, text: str) -> Any:
@@ -172,7 +188,7 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
             content = _with_files(original.content, content)
         update: dict[str, Any] = {"content": content}
         if isinstance(original, AIMessage):
-            update["tool_calls"] = _tool_calls(data, original)
+            update["tool_calls"], update["invalid_tool_calls"] = _tool_calls(data, original)
         return original.model_copy(update=update)
     role = data.get("role")
     if role == "system":
@@ -180,7 +196,7 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
     if role == "tool":
         return ToolMessage(content=content, tool_call_id=data.get("tool_call_id") or "")
     if role == "assistant":
-        return AIMessage(content=content, tool_calls=_tool_calls(data, None))
+        return AIMessage(content=content, tool_calls=_tool_calls(data, None)[0])
     if is_compaction_message(data) and compaction_role == "system":
         return SystemMessage(content=content)
     return HumanMessage(content=content)
