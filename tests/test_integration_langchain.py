@@ -510,3 +510,77 @@ def test_a_malformed_tool_call_keeps_its_error_result(make_compactor):
     assert compacted[2][0] == "ToolMessage" and compacted[2][2] == "bad1"
     changed = from_dict(dict(to_dict(AIMessage(content="", invalid_tool_calls=[bad])), content="shortened"))
     assert changed.tool_calls == [] and [c["id"] for c in changed.invalid_tool_calls] == ["bad1"]
+
+
+def _responses_blocks(message: AIMessage) -> list:
+    """ChatOpenAI's Responses API content (``output_version="responses/v1"``, its default): a
+    reasoning item, then each call as a ``function_call`` item."""
+    calls = [
+        {
+            "type": "function_call",
+            "name": c["name"],
+            "arguments": json.dumps(c["args"]),
+            "call_id": c["id"],
+            "id": f"fc_{c['id']}",
+            "status": "completed",
+        }
+        for c in message.tool_calls
+    ]
+    return [{"type": "reasoning", "id": "rs_1", "summary": []}, *calls]
+
+
+def _v1_blocks(message: AIMessage) -> list:
+    """LangChain's standard content (``output_version="v1"``): text, then each call as a
+    ``tool_call`` block."""
+    return [{"type": "text", "text": "Writing."}, *({**c, "type": "tool_call"} for c in message.tool_calls)]
+
+
+@pytest.mark.parametrize("blocks", [_responses_blocks, _v1_blocks], ids=["responses", "v1"])
+def test_tool_calls_in_content_blocks_are_not_counted_twice(make_compactor, blocks):
+    """ChatOpenAI's Responses API and any model with ``output_version="v1"`` carry each tool call
+    in the content too: a call that writes a large file counts once, as the provider bills it; and
+    a truncation that cuts its arguments is not undone by a block that keeps them whole."""
+    from langchain_core.tools import tool
+
+    body = "x = 1\n" * 3000
+
+    class InContent(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            result = super()._generate(messages, stop, run_manager, **kwargs)
+            message = result.generations[0].message
+            if message.tool_calls:
+                message.content = blocks(message)
+            return result
+
+    @tool
+    def write(path: str, content: str) -> str:
+        """Write a file."""
+        return f"wrote {len(content)} characters to {path}"
+
+    runs = {}
+    for name, model_class in (("plain", ScriptedModel), ("blocks", InContent)):
+        records: list[Any] = []
+        arguments = json.dumps({"path": "a.py", "content": body})
+        reply = {
+            "content": "Writing.",
+            "tool_calls": [{"id": "w1", "function": {"name": "write", "arguments": arguments}}],
+        }
+        model = model_class(requests=[], replies=[reply])
+        middleware = CompactionMiddleware(
+            make_compactor(context_window=200_000), session_id="s", on_record=records.append
+        )
+        create_agent(model, tools=[write], middleware=[middleware]).invoke({"messages": [HumanMessage("write a.py")]})
+        runs[name] = records[-1].tokens_before
+    assert abs(runs["blocks"] - runs["plain"]) < 50, runs
+    calls = [{"name": "write", "args": {"path": "a.py", "content": body}, "id": "w1", "type": "tool_call"}]
+    data = to_dict(AIMessage(content=blocks(AIMessage(content="", tool_calls=calls)), tool_calls=calls))
+    shortened = dict(
+        data,
+        tool_calls=[
+            dict(data["tool_calls"][0], function={"name": "write", "arguments": '{"truncated_arguments": "x"}'})
+        ],
+    )
+    back = from_dict(shortened)
+    assert body not in json.dumps(back.content) and back.tool_calls[0]["args"] == {"truncated_arguments": "x"}
+    assert [p["type"] for p in back.content] == [p["type"] for p in blocks(AIMessage(content="", tool_calls=calls))]
+    assert "truncated_arguments" in json.dumps(back.content[-1])  # in place, its item id kept

@@ -38,7 +38,7 @@ cannot fit the window raises :class:`ContextWindowExceededError`.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Annotated, Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -83,6 +83,19 @@ def _content(content: Any) -> Any:
     return content
 
 
+CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call", "custom_tool_call"})
+"""Content blocks that repeat a tool call of ``tool_calls``: ChatAnthropic's ``tool_use``, the
+standard ``tool_call`` (``output_version="v1"``), the Responses API's ``function_call`` and
+``custom_tool_call`` items (by ``call_id``). The providers' clients make them again from
+``tool_calls`` when they are missing."""
+
+
+def _is_call_block(part: Any, ids: Collection[Any]) -> bool:
+    if not isinstance(part, dict) or part.get("type") not in CALL_BLOCKS:
+        return False
+    return (part.get("call_id") if "call_id" in part else part.get("id")) in ids
+
+
 def to_dict(message: BaseMessage) -> dict[str, Any]:
     """One LangChain message as an OpenAI chat dict that remembers the message (``SOURCE``)."""
     content = _content(message.content)
@@ -93,10 +106,8 @@ def to_dict(message: BaseMessage) -> dict[str, Any]:
         data = {"role": "user", "content": content}
     elif isinstance(message, AIMessage):
         ids = {call.get("id") for call in message.tool_calls}
-        if isinstance(content, list) and ids:  # Anthropic's tool_use blocks: the tool calls again
-            content = [
-                p for p in content if not (isinstance(p, dict) and p.get("type") == "tool_use" and p.get("id") in ids)
-            ]
+        if isinstance(content, list) and ids:  # the tool calls again, as blocks of the content
+            content = [p for p in content if not _is_call_block(p, ids)]
         data = {"role": "assistant", "content": content}
         calls = [
             {
@@ -167,6 +178,16 @@ def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> tuple[list[
     return calls, bad
 
 
+def _with_args(part: Any, args: dict[Any, dict[str, Any]]) -> Any:
+    """A content block that repeats a tool call, with the call's arguments ``args`` gives."""
+    if not _is_call_block(part, args.keys()) or part["type"] == "custom_tool_call":
+        return part
+    new = args[part.get("call_id") if "call_id" in part else part.get("id")]
+    if part["type"] == "function_call":
+        return {**part, "arguments": json.dumps(new, ensure_ascii=False)}
+    return {**part, "input" if part["type"] == "tool_use" else "args": new}
+
+
 def _with_files(original: Any, text: str) -> Any:
     """A tool result's new text, and the images and files the tool returned beside its text (list
     content) after it: only the text was offloaded."""
@@ -189,6 +210,11 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
         update: dict[str, Any] = {"content": content}
         if isinstance(original, AIMessage):
             update["tool_calls"], update["invalid_tool_calls"] = _tool_calls(data, original)
+            if isinstance(original.content, list) and content == to_dict(original)["content"]:
+                # the content as it was: its call blocks stay in place (the Responses API's item
+                # ids with them), with the arguments of the calls as they are now
+                args = {call["id"]: call["args"] for call in update["tool_calls"]}
+                update["content"] = [_with_args(p, args) for p in original.content]
         return original.model_copy(update=update)
     role = data.get("role")
     if role == "system":
