@@ -584,3 +584,22 @@ def test_tool_calls_in_content_blocks_are_not_counted_twice(make_compactor, bloc
     assert body not in json.dumps(back.content) and back.tool_calls[0]["args"] == {"truncated_arguments": "x"}
     assert [p["type"] for p in back.content] == [p["type"] for p in blocks(AIMessage(content="", tool_calls=calls))]
     assert "truncated_arguments" in json.dumps(back.content[-1])  # in place, its item id kept
+
+
+def test_a_system_message_after_the_first_reaches_the_model_as_the_compactor_made_it(make_compactor):
+    """A system message that is not first (a middleware's or an application's, after the agent's
+    system prompt) is made a user message that says what it was, which every provider takes
+    (ChatAnthropic refuses a system message after a user's): the model gets that, not a system
+    message again with the note in its text."""
+    seen = []
+
+    class Spy(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            seen.append(list(messages))
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    compactor = make_compactor(context_window=100_000)
+    agent = create_agent(Spy(requests=[]), tools=[], system_prompt="sys", middleware=[CompactionMiddleware(compactor)])
+    agent.invoke({"messages": [HumanMessage("hi"), SystemMessage("answer in French", id="late")]})
+    assert [type(m).__name__ for m in seen[0]] == ["SystemMessage", "HumanMessage", "HumanMessage"]
+    assert seen[0][2].content == "[System message]\nanswer in French" and seen[0][2].id == "late"

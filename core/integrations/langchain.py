@@ -21,7 +21,8 @@ whose model call asked for it, never another's); ``read_tool=False`` leaves it o
 Messages convert both ways without loss: a message the compaction did not change is handed back
 as the very object of the state (tool call ids, ``additional_kwargs``, ``response_metadata``,
 content blocks and ids intact); a changed one is a copy of the original with the new content
-(and, after an emergency truncation, the shortened tool-call arguments). The compaction message is
+(and, after an emergency truncation, the shortened tool-call arguments); a system message that is
+not first, which the compactor makes a user message, is a ``HumanMessage``. The compaction message is
 a ``HumanMessage`` (``compaction_role="system"`` makes it a ``SystemMessage``, for providers that
 take several system messages). A call the history leaves unanswered gets a ``ToolMessage`` saying
 so, in the view only.
@@ -204,6 +205,8 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
     content = data.get("content")
     if content is None:
         content = ""
+    if isinstance(original, BaseMessage) and data.get("role") == "user" and to_dict(original)["role"] != "user":
+        return HumanMessage(content=content, id=original.id)  # a system message not first, made a user's
     if isinstance(original, BaseMessage):
         if isinstance(original, ToolMessage) and isinstance(content, str):
             content = _with_files(original.content, content)
