@@ -603,3 +603,55 @@ def test_a_system_message_after_the_first_reaches_the_model_as_the_compactor_mad
     agent.invoke({"messages": [HumanMessage("hi"), SystemMessage("answer in French", id="late")]})
     assert [type(m).__name__ for m in seen[0]] == ["SystemMessage", "HumanMessage", "HumanMessage"]
     assert seen[0][2].content == "[System message]\nanswer in French" and seen[0][2].id == "late"
+
+
+def test_a_truncated_ai_message_keeps_its_thinking_and_blocks(make_compactor):
+    """Emergency truncation cuts the newest call's arguments (a file too large for the window):
+    the cut message keeps its thinking block, signature intact, first (Anthropic refuses the
+    turn's call without it when thinking is on), its text, and its call in place, cut."""
+    from langchain_core.tools import tool
+
+    body = "x = 1\n" * 3000
+    thinking = {"type": "thinking", "thinking": "I should write it.", "signature": "c2lnbmF0dXJl"}
+    seen = []
+
+    class Thinking(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            seen.append(list(messages))
+            result = super()._generate(messages, stop, run_manager, **kwargs)
+            message = result.generations[0].message
+            if message.tool_calls:
+                uses = [
+                    {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
+                    for c in message.tool_calls
+                ]
+                message.content = [thinking, {"type": "text", "text": "Writing."}, *uses]
+            return result
+
+    @tool
+    def write(path: str, content: str) -> str:
+        """Write a file."""
+        return f"wrote {len(content)} characters to {path}"
+
+    arguments = json.dumps({"path": "a.py", "content": body})
+    reply = {"content": "Writing.", "tool_calls": [{"id": "w1", "function": {"name": "write", "arguments": arguments}}]}
+    records: list[Any] = []
+    middleware = CompactionMiddleware(make_compactor(context_window=4_000), session_id="s", on_record=records.append)
+    create_agent(Thinking(requests=[], replies=[reply]), tools=[write], middleware=[middleware]).invoke(
+        {"messages": [HumanMessage("write a.py")]}
+    )
+    assert records[-1].tier is CompactionTier.EMERGENCY
+    ai = seen[-1][1]
+    assert isinstance(ai, AIMessage) and "truncated_arguments" in ai.tool_calls[0]["args"]
+    assert ai.content[:2] == [thinking, {"type": "text", "text": "Writing."}]
+    assert [p["type"] for p in ai.content] == ["thinking", "text", "tool_use"]
+    assert ai.content[2]["input"] == ai.tool_calls[0]["args"]
+    # a web search's call and results go together (the truncation took them out); the new text
+    # takes the place of the old
+    search = [
+        {"type": "server_tool_use", "id": "srv1", "name": "web_search", "input": {"query": "q"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srv1", "content": [{"type": "web_search_result"}]},
+    ]
+    original = AIMessage(content=[thinking, *search, *ai.content[1:]], tool_calls=ai.tool_calls)
+    back = from_dict(dict(to_dict(original), content="Writ"))
+    assert back.content == [thinking, {"type": "text", "text": "Writ"}, ai.content[2]]

@@ -21,7 +21,8 @@ whose model call asked for it, never another's); ``read_tool=False`` leaves it o
 Messages convert both ways without loss: a message the compaction did not change is handed back
 as the very object of the state (tool call ids, ``additional_kwargs``, ``response_metadata``,
 content blocks and ids intact); a changed one is a copy of the original with the new content
-(and, after an emergency truncation, the shortened tool-call arguments); a system message that is
+(and, after an emergency truncation, the shortened tool-call arguments: a cut AI message keeps
+its thinking blocks, signatures intact, and its call blocks in place); a system message that is
 not first, which the compactor makes a user message, is a ``HumanMessage``. The compaction message is
 a ``HumanMessage`` (``compaction_role="system"`` makes it a ``SystemMessage``, for providers that
 take several system messages). A call the history leaves unanswered gets a ``ToolMessage`` saying
@@ -179,13 +180,48 @@ def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> tuple[list[
     return calls, bad
 
 
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking", "reasoning"})
+"""Blocks a changed AI message keeps whatever its text became: Anthropic wants the thinking of the
+turn's tool calls back, signature intact; the Responses API wants the reasoning item before the
+calls it led to."""
+
+
+def _ai_content(original: list[Any], content: Any, args: dict[Any, dict[str, Any]]) -> list[Any]:
+    """The content of a changed AI message whose original content is a list of blocks, the blocks
+    in place. A list (the compaction changed only the calls): every block, each that repeats a
+    tool call with the call's arguments as they are now (``args``). A string (the text the
+    compaction left, which it counted alone): the thinking, the new text in place of the text
+    blocks (or these when the text is theirs) and the call blocks, cut; not the rest (a server
+    tool's results), which the compaction took out."""
+    if not isinstance(content, str):
+        return [_with_args(p, args) for p in original]
+    texts = [p if isinstance(p, str) else p.get("text") for p in original if _is_text(p)]
+    same = content == "\n".join(t for t in texts if isinstance(t, str))
+    out: list[Any] = []
+    for part in original:
+        if _is_text(part):
+            if same or content:
+                out.append(part if same else {"type": "text", "text": content})
+                content = "" if not same else content
+        elif _is_call_block(part, args.keys()) or (isinstance(part, dict) and part.get("type") in THINKING_BLOCKS):
+            out.append(_with_args(part, args))
+    return [*out, {"type": "text", "text": content}] if content and not texts else out
+
+
+def _is_text(part: Any) -> bool:
+    return isinstance(part, str) or (isinstance(part, dict) and part.get("type") == "text")
+
+
 def _with_args(part: Any, args: dict[Any, dict[str, Any]]) -> Any:
     """A content block that repeats a tool call, with the call's arguments ``args`` gives."""
-    if not _is_call_block(part, args.keys()) or part["type"] == "custom_tool_call":
+    if not _is_call_block(part, args.keys()):
         return part
     new = args[part.get("call_id") if "call_id" in part else part.get("id")]
     if part["type"] == "function_call":
         return {**part, "arguments": json.dumps(new, ensure_ascii=False)}
+    if part["type"] == "custom_tool_call":
+        text = new.get("__arg1") if list(new) == ["__arg1"] else None
+        return {**part, "input": text if isinstance(text, str) else json.dumps(new, ensure_ascii=False)}
     return {**part, "input" if part["type"] == "tool_use" else "args": new}
 
 
@@ -213,11 +249,11 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
         update: dict[str, Any] = {"content": content}
         if isinstance(original, AIMessage):
             update["tool_calls"], update["invalid_tool_calls"] = _tool_calls(data, original)
-            if isinstance(original.content, list) and content == to_dict(original)["content"]:
-                # the content as it was: its call blocks stay in place (the Responses API's item
-                # ids with them), with the arguments of the calls as they are now
+            if isinstance(original.content, list) and (
+                isinstance(content, str) or content == to_dict(original)["content"]
+            ):
                 args = {call["id"]: call["args"] for call in update["tool_calls"]}
-                update["content"] = [_with_args(p, args) for p in original.content]
+                update["content"] = _ai_content(original.content, content, args)
         return original.model_copy(update=update)
     role = data.get("role")
     if role == "system":
