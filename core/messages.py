@@ -167,7 +167,9 @@ under what a second costs, and a WAV (about 10 times larger) is only counted ear
 
 _IMAGE_TYPES = frozenset({"image_url", "image", "input_image"})
 _DOCUMENT_TYPES = frozenset({"document", "file", "input_file"})
-_OPAQUE_KEYS = frozenset({"data", "signature", "file_data"})
+_OPAQUE_KEYS = frozenset({"data", "signature", "file_data", "base64"})
+_AUDIO_TYPES = frozenset({"input_audio", "audio"})
+"""OpenAI's audio part, and LangChain's standard audio block (its data under ``base64``)."""
 
 
 def part_sizes(value: Any, audio: bool = False) -> Iterator[str | int | None]:
@@ -182,14 +184,15 @@ def part_sizes(value: Any, audio: bool = False) -> Iterator[str | int | None]:
     would tell; its size is the cheap measure that grows with them, where one image's worth would
     count a 20-page PDF as 750 tokens. A typical PDF of tens of kilobytes a page is counted some
     2 to 4 times what it costs (compacted early), a very compact one of a few kilobytes a page
-    under it. Audio counts by :data:`AUDIO_DATA_CHARS`. Every other string (the text of a thinking
-    block, a refusal, a document's title) is text; ``type`` keys and non-strings count nothing.
+    under it. Audio (an ``input_audio`` part, LangChain's standard ``audio`` block) counts by
+    :data:`AUDIO_DATA_CHARS`. Every other string (the text of a thinking block, a refusal, a
+    document's title) is text; ``type`` keys and non-strings count nothing.
     """
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         kind = value.get("type")
-        audio = audio or kind == "input_audio"
+        audio = audio or kind in _AUDIO_TYPES
         if kind in _IMAGE_TYPES:
             yield None
             return

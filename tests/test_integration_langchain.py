@@ -655,3 +655,17 @@ def test_a_truncated_ai_message_keeps_its_thinking_and_blocks(make_compactor):
     original = AIMessage(content=[thinking, *search, *ai.content[1:]], tool_calls=ai.tool_calls)
     back = from_dict(dict(to_dict(original), content="Writ"))
     assert back.content == [thinking, {"type": "text", "text": "Writ"}, ai.content[2]]
+
+
+def test_a_voice_message_counts_as_audio(make_compactor):
+    """LangChain's standard audio block (``{"type": "audio", "base64": ...}``, what a voice
+    agent's ``HumanMessage`` carries) counts as the audio it is, as the OpenAI ``input_audio``
+    part does, not as many tokens as its base64 has characters: half a minute of WAV leaves a
+    128k window alone instead of overflowing it."""
+    clip = "UklGRiQAAABXQVZF" * 80_000  # 1.28 MB of base64: half a minute of 16 kHz WAV
+    records: list[Any] = []
+    middleware = CompactionMiddleware(make_compactor(context_window=128_000), on_record=records.append)
+    model = ScriptedModel(requests=[])
+    voice = HumanMessage(content=[{"type": "audio", "base64": clip, "mime_type": "audio/wav"}])
+    create_agent(model, tools=[], middleware=[middleware]).invoke({"messages": [voice]})
+    assert records[-1].tier is CompactionTier.NONE and records[-1].tokens_before < 10_000, records[-1]
