@@ -18,7 +18,7 @@ tool call from its results.
 from __future__ import annotations
 
 import json
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 
@@ -73,13 +73,16 @@ def cut(text: str, keep: int) -> str:
 
 def shorten(message: Message, tokens: int, estimate: Estimate) -> Message:
     """``message`` cut to at most ``tokens`` tokens, or as close as its handle lines allow: its
-    text first, then the arguments of its tool calls (kept as JSON)."""
-    text = text_of(message)
+    text first (its images and files kept after it, unless they alone are over), then the
+    arguments of its tool calls (kept as JSON)."""
+    text, others = _parts(message)
     keep = len(text)
     candidate = message
     while keep > 0 and estimate([candidate])[0] > tokens:
         keep = keep * 3 // 4 if keep > 16 else 0
-        candidate = replace_content(message, cut(text, keep))
+        candidate = _with_text(message, cut(text, keep), others)
+    if others and estimate([candidate])[0] > tokens:  # the images alone are over: the text alone
+        return shorten(replace_content(message, text_of(message)), tokens, estimate)
     calls = list(candidate.tool_calls)
     size = max((len(c.arguments) for c in calls), default=0)
     while calls and estimate([candidate])[0] > tokens and size > 0:
@@ -87,6 +90,26 @@ def shorten(message: Message, tokens: int, estimate: Estimate) -> Message:
         calls = [attrs.evolve(c, arguments=_cut_arguments(c.arguments, size)) for c in message.tool_calls]
         candidate = attrs.evolve(candidate, tool_calls=tuple(calls), raw=None)
     return candidate
+
+
+def _parts(message: Message) -> tuple[str, tuple[Any, ...]]:
+    """The text of ``message`` and the parts of its content that are not text (an image of the
+    user's request, a tool's screenshot; the text without their placeholders)."""
+    parts = message.content if isinstance(message.content, tuple) else ()
+    others = tuple(p for p in parts if not _is_text(p))
+    if not others:
+        return text_of(message), ()
+    return text_of(attrs.evolve(message, content=tuple(p for p in parts if _is_text(p)))), others
+
+
+def _is_text(part: Any) -> bool:
+    return isinstance(part, dict) and (isinstance(part.get("text"), str) or part.get("type") == "refusal")
+
+
+def _with_text(message: Message, text: str, others: tuple[Any, ...]) -> Message:
+    if not others:
+        return replace_content(message, text)
+    return attrs.evolve(message, content=({"type": "text", "text": text}, *others), raw=None)
 
 
 def _cut_arguments(arguments: str, size: int) -> str:

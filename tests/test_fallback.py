@@ -164,6 +164,23 @@ def test_a_short_pinned_request_is_never_replaced_by_the_longer_marker():
     assert total(out) <= 500
 
 
+def test_a_cut_request_keeps_its_image_unless_the_image_alone_is_over():
+    """The user's request is a screenshot and words about it: a truncation that cuts the words
+    keeps the screenshot, which is half the request; only when it alone is over what the request
+    may take is the request its words alone."""
+    from progressive_compactor.messages import IMAGE_CHARS
+
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/bug.png"}}
+    request = Message(role="user", content=({"type": "text", "text": "Fix the bug shown here. " * 400}, image))
+    cut_one = shorten(request, 2000, ESTIMATE)
+    assert cut_one.content[1] == image and len(cut_one.content) == 2
+    assert cut_one.content[0]["text"].startswith("Fix the bug shown here.") and MARKER.strip() in text_of(cut_one)
+    assert "[image]" not in cut_one.content[0]["text"] and ESTIMATE([cut_one])[0] <= 2000
+    words = shorten(request, IMAGE_CHARS // 8, ESTIMATE)  # less than the image alone counts
+    assert isinstance(words.content, str) and words.content.startswith("Fix the bug shown here.")
+    assert ESTIMATE([words])[0] <= IMAGE_CHARS // 8
+
+
 def test_a_short_request_survives_a_truncation_that_usage_reports_force(make_compactor):
     """Found by the property tests: the provider counts three times the estimate, the system
     message fills the budget, and the truncation replaced the request by its marker."""
