@@ -52,9 +52,10 @@ class _SessionBase:
         return handle_read_tool_call(self.compactor, arguments, self.session_id)
 
     def observe_usage(self, input_tokens: int) -> float | None:
-        """The provider's reported input tokens for the last view sent: anchors the session's
-        token counts (see :meth:`ProgressiveCompactor.observe_usage`)."""
-        return self.compactor.observe_usage(self.session_id, input_tokens)
+        """The provider's reported input tokens for the last view this session gave: anchors the
+        session's token counts (see :meth:`ProgressiveCompactor.observe_usage`), paired with that
+        view even when other callers of the session id had views made since."""
+        return self.compactor.observe_usage(self.session_id, input_tokens, self.last_record)
 
     @property
     def last_record(self) -> CompactionRecord | None:

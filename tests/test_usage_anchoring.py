@@ -455,6 +455,20 @@ def test_observe_usage_names_the_view_by_its_record(make_compactor):
     assert compactor.observe_usage("s", provider(second, 1.2)) is not None  # unnamed: the last view's
 
 
+def test_a_sessions_report_is_paired_with_the_view_that_session_gave(make_compactor):
+    """A ``Session`` whose id another caller compacts meanwhile (a second worker thread on the
+    same conversation): its count is for the view it gave, not the other caller's newer one."""
+    from progressive_compactor import Session
+
+    compactor = make_compactor(context_window=WINDOW)
+    history = build_history([1900] * 10)
+    session = Session(compactor, "s")
+    session.extend(history[:3])
+    view = session.view()
+    compactor.compact(history, "s")  # another caller's view of the same session, larger
+    assert session.observe_usage(provider(view, 1.2)) == pytest.approx(1.2, abs=0.01)
+
+
 def test_a_wild_count_does_not_truncate_every_view(make_compactor):
     """A count far beyond what the view could hold (the whole run's usage summed, a count of
     another session's request) was taken whole for an offset counted with every view after it:
