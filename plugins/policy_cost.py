@@ -19,6 +19,8 @@ request besides the messages, ``L`` ≈ 2,500 to 6,000) that is about 7,300 to 9
 compacting at 10,000 to 15,000 tokens costs less than waiting for 70 % of a 128k window.
 Without a prompt cache (``cached_input`` equal to ``input``) the break costs nothing and ``D``
 comes out smaller still.
+With re-reads free (``cached_input`` 0, as for a local model priced at 0) a smaller view saves
+nothing: the cost trigger never fires, and only the thresholds compact.
 
 The plugin keeps nothing in memory: ``g`` and ``L`` come from the session's state, which the core
 updates at each compaction (``landed_tokens``, ``landed_messages``): ``g`` is what the view grew
@@ -91,7 +93,10 @@ class CostPolicy:
         )
         """Share of the view a compaction keeps as recent text besides the tail (``tier-soft``'s
         ``keep_share``); it raises the landing point ``L``."""
-        min_trigger_tokens: int = 4000
+        min_trigger_tokens: int = attrs.field(
+            default=4000,
+            validator=setting_check(lambda v: v >= 0, "min_trigger_tokens must be 0 or more, got {value}"),
+        )
         """Never compact for cost below this many tokens (a small view is cheap to re-read)."""
 
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
@@ -110,7 +115,8 @@ class CostPolicy:
         summarizing = (state.summary_tokens_out or c.summary_tokens) * writing + asking
         # A pinned request stays in the provider's cache: the break re-reads the rest of the landing.
         one_off = summarizing + max(landing - pinned, 0.0) * fresh
-        interval = math.sqrt(2 * growth * one_off / cached)
+        # Re-reading for free (a local model, a cache billed at 0): a smaller view saves nothing.
+        interval = math.sqrt(2 * growth * one_off / cached) if cached > 0 else math.inf
         # Hysteresis: whatever the arithmetic says, the view grows for a few calls past where the
         # last compaction really landed (a large protected tail) before the next one.
         settle = landed + SETTLE_CALLS * growth if landed else 0.0
@@ -123,7 +129,7 @@ class CostPolicy:
         prices = self.context.config.pricing
         fresh = prices.cache_write if prices.cache_write is not None else prices.input
         asking = self.config.request_tokens * prices.summarizer_input
-        return prices.summarizer_output, asking, max(fresh - prices.cached_input, 0.0), max(prices.cached_input, 1e-9)
+        return prices.summarizer_output, asking, max(fresh - prices.cached_input, 0.0), prices.cached_input
 
     def _sizes(self, state: SessionState) -> tuple[float, float]:
         """Tokens of the state's summary (its anchors and prose) and of the pinned request; the

@@ -106,6 +106,10 @@ def test_the_default_config_matches_the_code_defaults():
         ),
         ({"config": {"offload-files": 3}}, "@ $.config"),
         (
+            {"config": {"policy-cost": {"min_trigger_tokens": -1}}},
+            "min_trigger_tokens must be 0 or more, got -1 @ $.config.policy-cost.min_trigger_tokens",
+        ),
+        (
             {
                 "plugins": {"state": "state-redis"},
                 "config": {"state-redis": {"url": "redis://127.0.0.1", "ttl": 0.0004}},
@@ -169,6 +173,7 @@ def test_the_default_config_matches_the_code_defaults():
         "string-for-break-factor",
         "zero-break-factor",
         "scalar-block",
+        "negative-cost-trigger",
         "redis-ttl-under-a-millisecond",
         "no-room-for-prose",
         "empty-span-name",

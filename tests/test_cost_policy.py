@@ -383,3 +383,26 @@ def test_a_cost_trigger_with_nothing_to_summarize_does_not_escalate_to_truncatio
     assert not record.fallback and record.errors == (), (record.errors, record.escalations)
     assert record.tier < CompactionTier.FULL
     assert view == history
+
+
+@pytest.mark.parametrize(
+    "prices",
+    [
+        {"input": 0, "cached_input": 0, "output": 0, "summarizer_input": 0, "summarizer_output": 0},  # a local model
+        {"cached_input": 0},  # a provider that bills no cached input
+    ],
+)
+def test_when_re_reading_the_view_is_free_only_the_thresholds_compact(prices):
+    """Compacting pays only by making re-reads cheaper: at a cached price of 0 there is nothing to
+    save, and a free summarizer (0 / 0) must not make it compact every few calls for nothing."""
+    cost, window = policy(**prices), 128_000
+    tokens, messages, state, tiers = 1_000, 2, SessionState(), []
+    for _ in range(100):  # 600 tokens and 2 messages a call, with a compaction landing at 3,000
+        tokens, messages = tokens + 600, messages + 2
+        tier = cost.determine_tier(tokens / window, tokens, window, turn(tokens, messages, state=state))
+        tiers.append(tier)
+        if tier is not CompactionTier.NONE:
+            tokens, state = 3_000, landed(3_000, messages)
+    assert set(tiers) == {CompactionTier.NONE}, tiers.index(CompactionTier.SOFT)
+    soft = int(0.71 * window)
+    assert cost.determine_tier(0.71, soft, window, turn(soft, 200)) is CompactionTier.SOFT
