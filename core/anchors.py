@@ -81,8 +81,10 @@ def parse_markdown(text: str) -> ParsedSummary:
     sections: dict[AnchorType, list[str]] = {}
     prose: list[str] = []
     current: list[str] | None = prose
-    for line in text.splitlines():
-        m = _HEADING.match(line)
+    lines = text.splitlines()
+    fenced = _fenced(lines)[0] if "```" in text or "~~~" in text else frozenset()
+    for i, line in enumerate(lines):
+        m = _HEADING.match(line) if i not in fenced else None  # a fence holds code, not sections
         if m:
             title = _title(m)
             anchor = _ALIASES.get(title)
@@ -99,8 +101,8 @@ def parse_markdown(text: str) -> ParsedSummary:
                 current = prose
         if current is None or line.strip() == COMPACTION_MARKER:
             continue
-        if line.startswith("\\") and _structural(line.lstrip("\\")):
-            line = line[1:]  # a line of content that reads as a section heading, as format_summary escaped it
+        if line.startswith("\\") and (_structural(rest := line.lstrip("\\")) or _FENCE.match(rest)):
+            line = line[1:]  # a line of content that reads as structure, as format_summary escaped it
         current.append(line)
     anchors = []
     missing = []
@@ -119,6 +121,45 @@ OFFLOADED_TITLE = "offloaded tool results"
 it loses nothing when it is dropped, the core lists the handles itself."""
 
 
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+"""A line that opens a code fence (``` ```python ``` or ``~~~``), or closes one with nothing after."""
+
+
+def _closing_fence(line: str) -> str:
+    """The fence ``line`` may close (``` ``` ``` or ``~~~~``), or nothing."""
+    m = _FENCE.match(line)
+    return m.group(1) if m and not m.group(2).strip() else ""
+
+
+def _fenced(lines: Sequence[str]) -> tuple[set[int], set[int]]:
+    """The lines inside a code fence that closes, and the fence lines that open or close one. A
+    fence that never closes (a summary cut off) holds nothing: what follows it is read as usual."""
+    longest: list[dict[str, int]] = [{}] * (len(lines) + 1)  # the longest closing fence after a line
+    for i in range(len(lines) - 1, -1, -1):
+        longest[i] = longest[i + 1]
+        if (fence := _closing_fence(lines[i])) and len(fence) > longest[i].get(fence[0], 0):
+            longest[i] = {**longest[i], fence[0]: len(fence)}
+    inside: set[int] = set()
+    marks: set[int] = set()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if m is None or (m.group(1)[0] == "`" and "`" in m.group(2)):  # ``` `code` ``` is inline code
+            i += 1
+            continue
+        fence = m.group(1)
+        if longest[i + 1].get(fence[0], 0) < len(fence):  # never closed
+            i += 1
+            continue
+        end = i + 1
+        while not ((close := _closing_fence(lines[end])) and close[0] == fence[0] and len(close) >= len(fence)):
+            end += 1
+        inside.update(range(i + 1, end))
+        marks.update((i, end))
+        i = end + 1
+    return inside, marks
+
+
 def _structural(line: str) -> bool:
     """Whether :func:`parse_markdown` reads ``line`` as structure rather than content: a heading
     that starts a section (``## Next Steps``, ``**Summary**``) or the compaction marker."""
@@ -134,15 +175,28 @@ def _escaped(content: str) -> str:
     """``content`` with a backslash before each line that :func:`parse_markdown` would read as
     structure (a user's request with its own ``## Context`` section, a prose line ``**Summary**``),
     or that is such a line escaped already: the text reads back as it was written."""
-    if "#" not in content and "**" not in content and COMPACTION_MARKER not in content:
-        return content  # no line of it can read as structure: most anchors, in three scans
+    if (
+        "#" not in content
+        and "**" not in content
+        and COMPACTION_MARKER not in content
+        and "```" not in content
+        and "~~~" not in content
+    ):
+        return content  # no line of it can read as structure: most anchors, in a few scans
     return _escaped_lines(content)
 
 
 @functools.lru_cache(maxsize=256)  # an anchor is formatted several times a compaction (its length measured)
 def _escaped_lines(content: str) -> str:
     lines = content.splitlines()  # as parse_markdown splits them
-    marked = [_structural(line.lstrip("\\")) for line in lines]
+    # A fence line that no fence of the text holds or pairs is escaped: left open, it would pair
+    # with a fence of a later section and hide the headings between them.
+    inside, marks = _fenced(lines)
+    marked = [
+        _structural(rest := line.lstrip("\\"))
+        or (_FENCE.match(rest) is not None and (rest != line or (i not in marks and i not in inside)))
+        for i, line in enumerate(lines)
+    ]
     if not any(marked):
         return content
     return "\n".join("\\" + line if structural else line for line, structural in zip(lines, marked, strict=True))

@@ -143,6 +143,33 @@ def test_a_compaction_message_is_built_once_per_content_and_secrets(make_compact
     assert "live-key-0123456789abcdef" in text_of(first) and "live-key" not in text_of(again)
 
 
+def test_headings_inside_a_code_fence_are_content():
+    """A summary that shows code or a Markdown file in a fence keeps it whole in its anchor: a
+    comment ``# Summary`` or a ``## Next Steps`` line in the fence opens no section. A fence left
+    open (a summary cut off) shields nothing, so the sections after it are still read."""
+    text = (
+        "## Execution Progress\n"
+        "Wrote the setup script:\n"
+        "```bash\n"
+        "# Summary\n"
+        "pip install -e .\n"
+        "```\n"
+        "Updated the README:\n"
+        "~~~~markdown\n"
+        "## Next Steps\n"
+        "~~~\n"
+        "- run it\n"
+        "~~~~\n"
+        "## Next Steps\n"
+        "Ship it."
+    )
+    anchors = by_type(parse_markdown(text).anchors)
+    assert anchors[AnchorType.EXECUTION_PROGRESS] == "\n".join(text.splitlines()[1:12])
+    assert anchors[AnchorType.NEXT_STEP] == "Ship it."
+    unclosed = by_type(parse_markdown("## User Intent\nFix it\n```\n## Next Steps\nShip it.").anchors)
+    assert unclosed[AnchorType.USER_INTENT] == "Fix it\n```" and unclosed[AnchorType.NEXT_STEP] == "Ship it."
+
+
 def test_format_and_parse_round_trip():
     parsed = parse_markdown(FULL_TEXT)
     again = parse_markdown(format_summary(parsed.anchors, parsed.prose))
@@ -161,6 +188,9 @@ _LINES = st.one_of(
             COMPACTION_MARKER,
             "\\## Summary",
             "## Offloaded Tool Results",
+            "```",
+            "~~~~ text",
+            "\\```",
         ]
     ),
 )
