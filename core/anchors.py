@@ -71,9 +71,11 @@ def empty_anchors() -> tuple[Anchor, ...]:
 
 
 def parse_markdown(text: str) -> ParsedSummary:
-    """Read anchors from ``## Title`` sections; text outside them is the prose, but for the
-    compaction message's marker and its ``## Offloaded Tool Results`` section, which a model may
-    echo and the core writes itself.
+    """Read anchors from ``## Title`` sections (or ``**Title**``, a qualified title such as
+    ``## Key Decisions (and why)``, or a bold label with its text after it, ``1. **Next Steps**:
+    run the tests``); text outside them is the prose, but for the compaction message's marker and
+    its ``## Offloaded Tool Results`` section, which a model may echo and the core writes itself.
+    Lines inside a code fence are content.
 
     All five anchors always come back, in AnchorType order; the missing ones are ``N/A`` and
     listed in ``missing``.
@@ -87,7 +89,7 @@ def parse_markdown(text: str) -> ParsedSummary:
         m = _HEADING.match(line) if i not in fenced else None  # a fence holds code, not sections
         if m:
             title = _title(m)
-            anchor = _ALIASES.get(title)
+            anchor = _anchor_of(title)
             if anchor is not None:
                 current = sections.setdefault(anchor, [])
                 continue
@@ -99,6 +101,12 @@ def parse_markdown(text: str) -> ParsedSummary:
                 continue
             if current is None:
                 current = prose
+        labelled = _label(line) if "**" in line and i not in fenced else None
+        if labelled is not None:  # "1. **Next Steps**: run the tests": the section and its first line
+            current = sections.setdefault(labelled[0], [])
+            if labelled[1]:
+                current.append(labelled[1])
+            continue
         if current is None or line.strip() == COMPACTION_MARKER:
             continue
         if line.startswith("\\") and (_structural(rest := line.lstrip("\\")) or _FENCE.match(rest)):
@@ -113,6 +121,39 @@ def parse_markdown(text: str) -> ParsedSummary:
             content = NOT_AVAILABLE
         anchors.append(Anchor(t, content))
     return ParsedSummary(tuple(anchors), "\n".join(prose).strip(), tuple(missing))
+
+
+_QUALIFIERS = ("(", "[", " - ", " – ", " — ")
+
+
+def _anchor_of(title: str) -> AnchorType | None:
+    """The anchor a heading's title names, maybe qualified (``key decisions (and why)``)."""
+    anchor = _ALIASES.get(title)
+    if anchor is None:
+        cut = min((i for q in _QUALIFIERS if (i := title.find(q)) > 0), default=0)
+        anchor = _ALIASES.get(title[:cut].strip()) if cut else None
+    return anchor
+
+
+_LABEL = re.compile(r"^ {0,3}(?:[-*+] +|\d{1,2}[.)] +)?\*\*([^*]{1,60})\*\*(.*)$")
+"""A line that starts with a title in bold, maybe as a list item: ``1. **User Intent**: text``."""
+
+
+def _label(line: str) -> tuple[AnchorType, str] | None:
+    """The anchor a line's bold label names and the text after the label (``- **Next Steps:**
+    run the tests``, ``**Progress** - done``), or None when it names none or is no label."""
+    m = _LABEL.match(line)
+    if m is None:
+        return None
+    title, rest = m.group(1).strip(), m.group(2).strip()
+    if title.endswith(":"):
+        title = title[:-1]
+    elif rest[:1] == ":" or (rest[:1] in "-–—" and rest[1:2] in ("", " ")):
+        rest = rest[1:].strip()
+    elif rest:  # "**Progress**ive" is no label
+        return None
+    anchor = _anchor_of(_NUMBER.sub("", title).strip().lower())
+    return None if anchor is None else (anchor, rest)
 
 
 _PROSE_TITLES = ("summary", "prose", "context", "context compaction")
@@ -162,13 +203,15 @@ def _fenced(lines: Sequence[str]) -> tuple[set[int], set[int]]:
 
 def _structural(line: str) -> bool:
     """Whether :func:`parse_markdown` reads ``line`` as structure rather than content: a heading
-    that starts a section (``## Next Steps``, ``**Summary**``) or the compaction marker."""
-    if not line.lstrip().startswith(("#", "*", "[")):  # what a heading or the marker starts with
+    that starts a section (``## Next Steps``, ``**Summary**``), a bold label that does
+    (``1. **Next Steps**: ...``) or the compaction marker."""
+    start = line.lstrip()[:1]
+    if start not in ("#", "*", "[", "-", "+") and not start.isdigit():  # what structure starts with
         return False
     m = _HEADING.match(line)
-    if m is not None and ((title := _title(m)) in _ALIASES or title in _PROSE_TITLES or title == OFFLOADED_TITLE):
+    if m is not None and ((title := _title(m)) in _PROSE_TITLES or title == OFFLOADED_TITLE or _anchor_of(title)):
         return True
-    return line.strip() == COMPACTION_MARKER
+    return line.strip() == COMPACTION_MARKER or ("**" in line and _label(line) is not None)
 
 
 def _escaped(content: str) -> str:

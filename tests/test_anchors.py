@@ -107,6 +107,31 @@ def test_heading_variants_are_understood(heading):
     assert by_type(parsed.anchors)[AnchorType.USER_INTENT] == "the goal"
 
 
+def test_a_summary_written_as_a_numbered_list_of_bold_labels_fills_the_anchors():
+    """Models often write the five sections as a list of bold labels with their text after them,
+    or qualify a heading: each is its anchor, not prose (which only its newest paragraphs keep)."""
+    text = (
+        "1. **User Intent**: Fix the parser bug in src/parser.py.\n"
+        "2. **Execution Progress:** Reproduced the failure.\n"
+        "   - patched the tokenizer\n"
+        "- **Key decisions** - Kept the regex.\n"
+        "## Tried Solutions (and why they failed)\n"
+        "Bumping the dependency did not help.\n"
+        "**Next Steps:** Run the full suite.\n"
+        "## Summary\n"
+        "A **bold** word in the prose. **Progress**: is prose too, under a heading's bold label? no.\n"
+    )
+    parsed = parse_markdown(text)
+    assert [a.content for a in parsed.anchors] == [
+        "Fix the parser bug in src/parser.py.",
+        "Reproduced the failure.\n   - patched the tokenizer",
+        "Kept the regex.",
+        "Bumping the dependency did not help.",
+        "Run the full suite.",
+    ]
+    assert parsed.missing == () and parsed.prose.startswith("A **bold** word")
+
+
 HEADING_PIECES = ["#", "##", " ", "\t", "\xa0", "a", "Intent", ":", "*", "**", "b c"]
 OLD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(.+?)\s*#*\s*$|^\s*\*\*(.+?)\*\*:?\s*$")
 
@@ -191,6 +216,9 @@ _LINES = st.one_of(
             "```",
             "~~~~ text",
             "\\```",
+            "1. **Next Steps**: ship",
+            "- **Intent:** the goal",
+            "## Key Decisions (draft)",
         ]
     ),
 )
