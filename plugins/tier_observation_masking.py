@@ -10,6 +10,8 @@ turn); the rewrite is recomputed each turn from the history, so nothing of it is
 
 from __future__ import annotations
 
+import re
+import string
 from typing import Sequence
 
 import attrs
@@ -18,10 +20,15 @@ from progressive_compactor.plugin import Message, TierInput, TierPlan, hookimpl,
 
 
 def _fills(placeholder: str) -> bool:
-    """Whether ``placeholder`` can be filled with the size of a masked output."""
+    """Whether ``placeholder`` can be filled with the size of a masked output: it names ``lines``
+    and ``chars`` alone (no index, no attribute), with no width of thousands of characters nor
+    one taken from the other (``{lines:{chars}}``: a masked output's size of spaces)."""
     try:
+        for _, name, spec, _ in string.Formatter().parse(placeholder):
+            if name not in (None, "lines", "chars") or "{" in (spec or "") or re.search(r"\d{4}", spec or ""):
+                return False
         placeholder.format(lines=1, chars=1)
-    except (KeyError, IndexError, ValueError, AttributeError):
+    except Exception:  # noqa: BLE001 - any format string that does not fill is refused alike
         return False
     return True
 

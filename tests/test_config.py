@@ -105,6 +105,17 @@ def test_the_default_config_matches_the_code_defaults():
             "offload_break_factor must be more than 0, got 0.0 @ $.config.tier-warn.offload_break_factor",
         ),
         ({"config": {"offload-files": 3}}, "@ $.config"),
+        *[
+            (
+                {
+                    "plugins": {"tier_warn": "tier-observation-masking"},
+                    "config": {"tier-observation-masking": {"placeholder": placeholder}},
+                },
+                "placeholder may name only {lines} and {chars} (write {{ and }} for a brace), got "
+                f"{placeholder!r} @ $.config.tier-observation-masking.placeholder",
+            )
+            for placeholder in ("{lines[0]}", "{lines:>99999999999}", "{lines:{chars}}")
+        ],
         (
             {"config": {"policy-cost": {"min_trigger_tokens": -1}}},
             "min_trigger_tokens must be 0 or more, got -1 @ $.config.policy-cost.min_trigger_tokens",
@@ -173,6 +184,9 @@ def test_the_default_config_matches_the_code_defaults():
         "string-for-break-factor",
         "zero-break-factor",
         "scalar-block",
+        "indexed-placeholder",
+        "placeholder-too-wide",
+        "placeholder-nested-width",
         "negative-cost-trigger",
         "redis-ttl-under-a-millisecond",
         "no-room-for-prose",
