@@ -261,7 +261,8 @@ def _lines(content: str) -> list[str]:
     return [line.rstrip() for line in content.strip().splitlines() if line.strip()]
 
 
-_BULLET = re.compile(r"^[-*•\d.)\s]+")
+_BULLET = re.compile(r"^\s*(?:(?:[-*•+]|\d{1,3}[.)])\s+)*")
+"""A line's bullets and list numbers (``- ``, ``2. ``), not a number it starts with (``3 of 10``)."""
 
 
 @functools.lru_cache(maxsize=4096)

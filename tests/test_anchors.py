@@ -288,6 +288,22 @@ def test_merge_is_a_union_without_repeats():
     assert merged.splitlines() == ["- Use a regex", "- Keep the API", "- Add a test"]
 
 
+def test_merge_tells_lines_apart_by_the_number_they_start_with():
+    """A repeat is the same line under another bullet or list number; a line that starts with
+    another number ("7 of 10 tests pass" after "3 of 10") is news, not a repeat."""
+    old = complete([Anchor(AnchorType.EXECUTION_PROGRESS, "- 3 of 10 tests pass\n- 404 on /login fixed")])
+    new = complete(
+        [Anchor(AnchorType.EXECUTION_PROGRESS, "1. 3 of 10 tests pass\n* 7 of 10 tests pass\n2) 500 on /login fixed")]
+    )
+    merged = by_type(merge_anchors(old, new))[AnchorType.EXECUTION_PROGRESS]
+    assert merged.splitlines() == [
+        "- 3 of 10 tests pass",
+        "- 404 on /login fixed",
+        "* 7 of 10 tests pass",
+        "2) 500 on /login fixed",
+    ]
+
+
 def test_merge_takes_new_anchors_where_the_old_ones_were_na():
     new = parse_markdown(FULL_TEXT).anchors
     assert merge_anchors(empty_anchors(), new) == new
