@@ -93,7 +93,7 @@ def parse_markdown(text: str) -> ParsedSummary:
             if anchor is not None:
                 current = sections.setdefault(anchor, [])
                 continue
-            if title in _PROSE_TITLES:
+            if _prose_title(title):
                 current = prose
                 continue
             if title == OFFLOADED_TITLE:  # the core's own section, echoed by a model: the core lists them
@@ -126,13 +126,22 @@ def parse_markdown(text: str) -> ParsedSummary:
 _QUALIFIERS = ("(", "[", " - ", " – ", " — ")
 
 
+def _unqualified(title: str) -> str:
+    """A heading's title without what qualifies it: ``key decisions`` of ``key decisions (and
+    why)`` or ``summary - so far``; the title itself when nothing does."""
+    cut = min((i for q in _QUALIFIERS if (i := title.find(q)) > 0), default=0)
+    return title[:cut].strip() if cut else title
+
+
 def _anchor_of(title: str) -> AnchorType | None:
     """The anchor a heading's title names, maybe qualified (``key decisions (and why)``)."""
     anchor = _ALIASES.get(title)
-    if anchor is None:
-        cut = min((i for q in _QUALIFIERS if (i := title.find(q)) > 0), default=0)
-        anchor = _ALIASES.get(title[:cut].strip()) if cut else None
-    return anchor
+    return anchor if anchor is not None else _ALIASES.get(_unqualified(title))
+
+
+def _prose_title(title: str) -> bool:
+    """Whether a heading's title starts the prose (``## Summary``, ``## Summary (so far)``)."""
+    return title in _PROSE_TITLES or _unqualified(title) in _PROSE_TITLES
 
 
 _LABEL = re.compile(r"^ {0,3}(?:[-*+] +|\d{1,2}[.)] +)?\*\*([^*]{1,60})\*\*(.*)$")
@@ -209,7 +218,7 @@ def _structural(line: str) -> bool:
     if start not in ("#", "*", "[", "-", "+") and not start.isdigit():  # what structure starts with
         return False
     m = _HEADING.match(line)
-    if m is not None and ((title := _title(m)) in _PROSE_TITLES or title == OFFLOADED_TITLE or _anchor_of(title)):
+    if m is not None and (_prose_title(title := _title(m)) or title == OFFLOADED_TITLE or _anchor_of(title)):
         return True
     return line.strip() == COMPACTION_MARKER or ("**" in line and _label(line) is not None)
 

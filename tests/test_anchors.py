@@ -109,7 +109,8 @@ def test_heading_variants_are_understood(heading):
 
 def test_a_summary_written_as_a_numbered_list_of_bold_labels_fills_the_anchors():
     """Models often write the five sections as a list of bold labels with their text after them,
-    or qualify a heading: each is its anchor, not prose (which only its newest paragraphs keep)."""
+    or qualify a heading: each is its anchor, not prose (which only its newest paragraphs keep),
+    and a qualified ``## Summary (so far)`` is the prose, not more of the next step."""
     text = (
         "1. **User Intent**: Fix the parser bug in src/parser.py.\n"
         "2. **Execution Progress:** Reproduced the failure.\n"
@@ -118,7 +119,7 @@ def test_a_summary_written_as_a_numbered_list_of_bold_labels_fills_the_anchors()
         "## Tried Solutions (and why they failed)\n"
         "Bumping the dependency did not help.\n"
         "**Next Steps:** Run the full suite.\n"
-        "## Summary\n"
+        "## Summary (so far)\n"
         "A **bold** word in the prose. **Progress**: is prose too, under a heading's bold label? no.\n"
     )
     parsed = parse_markdown(text)
