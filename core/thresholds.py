@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import attrs
@@ -21,8 +22,9 @@ def check_thresholds(config: Any, block: str) -> None:
     if any(v > 1 for v in values.values()):
         raise ConfigError(
             [
-                f"thresholds are shares of the window (0.70 for 70 %), got {v}; did you mean {v / 100:g}? "
-                f"@ $.config.{block}.{name}"
+                f"thresholds are shares of the window (0.70 for 70 %), got {v}"
+                + (f"; did you mean {v / 100:g}? " if math.isfinite(v) else " ")
+                + f"@ $.config.{block}.{name}"
                 for name, v in values.items()
                 if v > 1
             ]

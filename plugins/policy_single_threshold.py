@@ -12,6 +12,8 @@ The baselines of the replay benchmark are this policy with different tiers:
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from progressive_compactor.plugin import CompactionTier, ConfigError, hookimpl
@@ -35,7 +37,7 @@ class SingleThresholdPolicy:
                     f"unknown tier {self.tier!r}; use one of {', '.join(_TIERS)} @ $.config.policy-single-threshold.tier"
                 )
             if not 0 <= self.threshold <= 1:
-                hint = f"; did you mean {self.threshold / 100:g}?" if self.threshold > 1 else ""
+                hint = f"; did you mean {self.threshold / 100:g}?" if 1 < self.threshold < math.inf else ""
                 problems.append(
                     f"threshold is a share of the window between 0 and 1, got {self.threshold}{hint} "
                     "@ $.config.policy-single-threshold.threshold"

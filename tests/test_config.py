@@ -3,6 +3,7 @@ path, bundled configs, files, overrides."""
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 
 import attrs
@@ -105,6 +106,17 @@ def test_the_default_config_matches_the_code_defaults():
             "offload_break_factor must be more than 0, got 0.0 @ $.config.tier-warn.offload_break_factor",
         ),
         ({"config": {"offload-files": 3}}, "@ $.config"),
+        (
+            {"config": {"policy-cost": {"emergency": math.inf}}},
+            "thresholds are shares of the window (0.70 for 70 %), got inf @ $.config.policy-cost.emergency",
+        ),
+        (
+            {
+                "plugins": {"policy": "policy-single-threshold"},
+                "config": {"policy-single-threshold": {"threshold": math.inf}},
+            },
+            "threshold is a share of the window between 0 and 1, got inf @ $.config.policy-single-threshold.threshold",
+        ),
         *[
             (
                 {
@@ -184,6 +196,8 @@ def test_the_default_config_matches_the_code_defaults():
         "string-for-break-factor",
         "zero-break-factor",
         "scalar-block",
+        "infinite-threshold",
+        "infinite-single-threshold",
         "indexed-placeholder",
         "placeholder-too-wide",
         "placeholder-nested-width",
