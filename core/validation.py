@@ -51,7 +51,7 @@ REQUIRED_ROLES = {
 
 
 def _share_hint(value: float) -> str:
-    return f"; did you mean {value / 100:g}?" if value > 1 else ""
+    return f"; did you mean {value / 100:g}?" if 1 < value < math.inf else ""
 
 
 def core_problems(config: CompactorConfig) -> list[str]:

@@ -92,6 +92,10 @@ def test_the_default_config_matches_the_code_defaults():
             "fallback_budget is a share of the window, more than 0 and at most 1, got 50.0; did you mean 0.5? @ $.fallback_budget",
         ),
         (
+            {"fallback_budget": float("inf")},
+            "fallback_budget is a share of the window, more than 0 and at most 1, got inf @ $.fallback_budget",
+        ),
+        (
             {"summary_share": 0},
             "summary_share is a share of the window, more than 0 and at most 1, got 0.0 @ $.summary_share",
         ),
@@ -190,6 +194,7 @@ def test_the_default_config_matches_the_code_defaults():
         "unknown-summary-requests",
         "budget-over-one",
         "budget-in-percent",
+        "infinite-budget",
         "zero-summary-share",
         "prose-share-in-percent",
         "break-factor-is-no-core-setting",
