@@ -332,8 +332,10 @@ class SessionCache:
 
     def shorter_than(self, state: SessionState) -> bool:
         """Whether this history has fewer messages than ``state``'s summary covers: an earlier
-        turn delivered again, say, whose state a later turn has already moved on."""
-        return self.seen - self.offset < state.covered
+        turn delivered again, say, whose state a later turn has already moved on. Counted as the
+        summary counts them, in settled messages: the repair adds a result for each call left
+        unanswered, and the newest messages are not settled yet (a summary covers none of them)."""
+        return len(self.settled) < state.covered
 
     def served_stale(self, state: SessionState) -> bool:
         """Whether this turn is served stale: its history is shorter than what ``state``'s

@@ -28,7 +28,9 @@ from progressive_compactor.testing import (
     compaction_message,
     estimate,
     fallback_bound,
+    filler,
     problems,
+    tool_call,
     tool_turn,
     window_for,
 )
@@ -403,6 +405,46 @@ def test_an_earlier_turn_sent_again_leaves_the_newer_state(make_compactor, histo
     untouched.compact(history)
     longer = history + tool_turn("next", 500)
     assert compactor.compact(longer) == untouched.compact(longer)
+
+
+def test_an_earlier_turn_sent_again_whose_last_result_is_not_settled_leaves_the_newer_state(make_compactor, history):
+    """An earlier turn sent again with as many messages as the summary covers, the last an
+    assistant message and its result (not settled yet: a summary covers none of them) is an
+    earlier turn all the same: it is served stale, the newer state is not started over."""
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    assert compactor.compact_with_record(history)[1].tier is CompactionTier.FULL
+    state = compactor.state()
+    earlier = history[: 1 + state.covered]  # the system message, then as many as the summary covers
+    assert earlier[-1]["role"] == "tool"
+    view, record = compactor.compact_with_record(earlier)
+    assert view == earlier and record.errors[0].startswith("session state covers more messages than this history")
+    assert compactor.state() == state
+
+
+def test_a_history_edited_in_a_session_of_unanswered_calls_starts_over_at_once(make_compactor):
+    """The summary counts the results the repair adds for unanswered calls: a history of as many
+    messages, one of them edited, is another history (started over and saved), not an earlier
+    turn served stale (its summary paid, then paid again at the next turn)."""
+    history = build_history([], request="Fix the parser.")
+    for i in range(12):  # two calls a step, one answered
+        calls = [tool_call(f"a{i}", f"cat a{i}"), tool_call(f"b{i}", f"cat b{i}")]
+        history += [
+            {"role": "assistant", "content": f"Step {i}.", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": f"a{i}", "content": filler(3000, f"a{i}")},
+        ]
+    history.append({"role": "user", "content": "Go on."})
+    compactor = make_compactor(context_window=window_for(history, 0.85))
+    assert compactor.compact_with_record(history)[1].tier is CompactionTier.FULL
+    assert compactor.state().covered > len(history) - 1  # more than the history's messages
+    edited = copy.deepcopy(history)
+    edited[1]["content"] = "Fix the lexer instead."
+    view, record = compactor.compact_with_record(edited)
+    assert record.errors == (
+        "session state did not match this history (another history under the same session id?); started over",
+    )
+    assert "Fix the lexer instead." in str(view) and problems(view) == []
+    _, record = compactor.compact_with_record(edited + [{"role": "assistant", "content": "On it."}])
+    assert record.errors == () and record.summarizer_calls == 0
 
 
 def test_another_history_that_ends_like_the_first_is_not_given_its_summary(make_compactor):
