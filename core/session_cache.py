@@ -25,6 +25,7 @@ back its objects of this turn, never those of an earlier one (:meth:`SessionCach
 
 from __future__ import annotations
 
+import itertools
 import operator
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +76,14 @@ def state_key(state: SessionState) -> tuple[Any, ...]:
 
 def as_message(item: Any, index: int) -> Message:
     return item if isinstance(item, Message) else message_from_dict(item, index)
+
+
+def part(history: Sequence[Any], start: int, stop: int) -> list[Any]:
+    """``history[start:stop]`` as a list, from any sequence (a ``deque`` takes no slice)."""
+    if isinstance(history, (list, tuple)):
+        given = history[start:stop]
+        return given if type(given) is list else list(given)
+    return list(itertools.islice(history, start, stop))
 
 
 def role_of(item: Any) -> Any:
@@ -195,9 +204,7 @@ class SessionCache:
             return False
         if all(map(operator.is_, history, self.read_items)):  # a pointer comparison a message read
             return True
-        given = history[:seen]
-        if type(given) is not list:
-            given = list(given)
+        given = part(history, 0, seen)
         if given != self.read_items:  # (a list comparison tries identity, then equality)
             return False
         self.read_items = given
@@ -217,7 +224,7 @@ class SessionCache:
         seen = self.seen
         if len(history) <= seen:
             return
-        new = history[seen:]
+        new = part(history, seen, len(history))
         self.recent_messages.extend([as_message(d, seen + i) for i, d in enumerate(new)])
         self.raw_items.extend(new)
         self.read_items.extend(new)

@@ -4,6 +4,7 @@ non-destructive session helper, state kept outside the process, and the cascade 
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import sys
 
@@ -352,6 +353,17 @@ def test_equal_messages_passed_as_new_objects_continue_the_session(make_compacto
     longer = copy.deepcopy(history) + tool_turn("next", 100)
     assert compactor.compact(longer) == history + tool_turn("next", 100)
     assert compactor._memory.caches.get(compactor.session_id) is cache
+
+
+def test_a_history_of_any_sequence_is_read_as_a_list_is(make_compactor, history):
+    """A history kept in a ``deque`` (a sequence that takes no slice) is compacted as the same
+    list is, turn after turn; it used to fail with "sequence index must be integer"."""
+    window = window_for(history, 0.85)
+    compactor, reference = make_compactor(context_window=window), make_compactor(context_window=window)
+    for turn in (history, history + tool_turn("next", 100)):
+        view, record = compactor.compact_with_record(collections.deque(turn))
+        expected, expected_record = reference.compact_with_record(list(turn))
+        assert view == expected and record.tier is expected_record.tier
 
 
 def test_a_rewound_conversation_that_goes_on_starts_over_instead_of_paying_each_turn(make_compactor):
