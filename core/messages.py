@@ -424,16 +424,21 @@ def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> 
 
 
 def _distinct_call_ids(message: Message) -> tuple[Message, dict[str, list[str]]]:
-    """``message`` with a repeated tool call id made distinct (``id~2``, ``id~3``...), and for each
-    repeated id the names its calls now have, in order (empty when nothing repeats)."""
+    """``message`` with a repeated tool call id made distinct (``id~2``, ``id~3``..., skipping a name
+    another of its calls has), and for each repeated id the names its calls now have, in order
+    (empty when nothing repeats)."""
     ids = [c.id for c in message.tool_calls]
-    if len(set(ids)) == len(ids):
+    used = set(ids)
+    if len(used) == len(ids):
         return message, {}
     names: dict[str, list[str]] = {}
     calls = []
     for call in message.tool_calls:
         taken = names.setdefault(call.id, [])
-        name = call.id if not taken else f"{call.id}~{len(taken) + 1}"
+        name, number = call.id, len(taken) + 1
+        while taken and name in used:
+            name, number = f"{call.id}~{number}", number + 1
+        used.add(name)
         taken.append(name)
         calls.append(call if name == call.id else attrs.evolve(call, id=name))
     repeated = {k: v for k, v in names.items() if len(v) > 1}

@@ -660,6 +660,27 @@ def test_duplicate_call_ids_in_one_message_are_made_distinct_and_each_answered(m
     assert record.repaired_tool_pairs == 1
 
 
+def test_a_repeated_call_id_is_renamed_to_no_id_the_message_already_has(make_compactor):
+    """The name given to a repeated id (``dup~2``) may be another call's id in the same message:
+    the repair then sent two calls of one id, a view every provider refuses. Each call keeps a
+    distinct id and its own result."""
+    calls = [tool_call("dup", "ls a"), tool_call("dup", "ls b"), tool_call("dup~2", "ls c")]
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        result("dup", "A"),
+        result("dup", "B"),
+        result("dup~2", "C"),
+        {"role": "assistant", "content": "Done."},
+    ]
+    view = make_compactor().compact(history)
+    assert problems(view) == []
+    ids = [c["id"] for c in view[1]["tool_calls"]]
+    assert len(set(ids)) == 3 and ids[0] == "dup" and ids[2] == "dup~2"
+    answers = {m["tool_call_id"]: m["content"] for m in view[2:5]}
+    assert answers == {"dup": "A", ids[1]: "B", "dup~2": "C"}
+
+
 def test_a_huge_tool_result_costs_a_few_times_its_size(make_compactor):
     import tracemalloc
 
