@@ -93,10 +93,11 @@ def _tool_call_from_dict(data: Any, index: int | None) -> ToolCall:
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
-    """Write one message as a chat dict; the original dict when nothing that matters changed."""
+    """Write one message as a chat dict; the original dict when nothing that matters changed (a
+    mapping that is no dict is written anew: the view is a list of dicts, as JSON encoders take)."""
     raw = message.raw
-    if raw is not None and _raw_matches(message, raw):
-        return raw  # type: ignore[return-value]
+    if isinstance(raw, dict) and _raw_matches(message, raw):
+        return raw
     data: dict[str, Any] = {"role": message.role}
     data["content"] = list(message.content) if isinstance(message.content, tuple) else message.content
     if message.tool_calls:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import types
 
 import attrs
 import pytest
@@ -287,6 +288,18 @@ def test_message_objects_are_accepted_as_input(make_compactor):
     history = messages_from_dicts(build_history([100] * 3))
     view = make_compactor().compact(history)
     assert view == [message_to_dict(m) for m in history]
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.85], ids=["no compaction", "a summary"])
+def test_a_history_of_read_only_mappings_gives_a_view_of_dicts(make_compactor, ratio):
+    """Messages passed as mappings that are not dicts (read-only views of a store's records) come
+    back as dicts, as the view's type says: the caller's own objects were handed back, which no
+    JSON encoder takes (``json.dumps`` failed on the view)."""
+    history = build_history([3000] * 10)
+    window = window_for(history, ratio)
+    view = make_compactor(context_window=window).compact([types.MappingProxyType(m) for m in history])
+    assert all(type(m) is dict for m in view)
+    assert json.loads(json.dumps(view)) == make_compactor(context_window=window).compact(history)
 
 
 # --- Anthropic ------------------------------------------------------------------------------------
