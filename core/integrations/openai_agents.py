@@ -16,10 +16,11 @@ compacts them and converts the view back: user, system and developer messages; a
 (its reasoning items, its output message and its ``function_call`` items) becomes one assistant
 message with tool calls; each ``function_call_output`` a tool result. A hosted tool's call
 (``apply_patch_call``, ``computer_call``, ``mcp_call``, ...) is part of its turn, and so is its
-output, wherever it comes; both are counted (a screenshot as one image). The view keeps every call next to its output: a call the input leaves unanswered gets a
-``function_call_output`` saying so, an output without its call becomes a user message. Items the compaction did not change are
-handed back as the very items of the input (reasoning items, ids and hosted-tool items included);
-a changed one is a copy with the new text. The agent's ``instructions`` are the view's system
+output, wherever it comes; both are counted (a screenshot as one image). The view keeps every
+call next to its output: a call the input leaves unanswered gets a ``function_call_output``
+saying so, an output without its call becomes a user message. Items the compaction did not
+change are handed back as the very items of the input (reasoning items, ids and hosted-tool
+items included); a changed one is a copy with the new text. The agent's ``instructions`` are the view's system
 message while compacting (they are counted), and go back to the SDK unchanged.
 
 ``compaction.hooks`` (a ``RunHooks``) reports each response's ``usage.input_tokens``, which
