@@ -129,11 +129,10 @@ def _clamped(ratio: float) -> float:
 class UsageAnchor:
     """What the compactor knows of one session's real token counts."""
 
-    estimated: int = 0
-    """Estimated tokens of the last view returned for the session (0: none returned yet)."""
     views: dict[str, int] = attrs.Factory(dict)
-    """Estimated tokens of the latest views returned (at most :data:`KEPT_REPORTS`), by the id of
-    their records: a report that names its view is paired with it, not with the last one."""
+    """Estimated tokens of the latest views returned (at most :data:`KEPT_REPORTS`, the last one
+    last), by the id of their records: a report that names its view is paired with it, one that
+    names none with the last view."""
     low: tuple[int, int] | None = None
     """``(estimated, reported)`` of the smallest view reported on (the newest of the smallest)."""
     recent: list[tuple[int, int]] = attrs.Factory(list)
@@ -160,18 +159,16 @@ class UsageAnchors:
         with self._lock:
             self._sessions.setdefault(session_id, UsageAnchor())
 
-    def returned(self, session_id: str, estimated: int, view_id: str | None = None) -> None:
+    def returned(self, session_id: str, estimated: int, view_id: str) -> None:
         """A view estimated at ``estimated`` tokens was returned for the session (with the record
         ``view_id``); nothing when the session's anchor was dropped with its cache meanwhile (its
         next turn starts anew)."""
         with self._lock:
             anchor = self._sessions.get(session_id)
             if anchor is not None:
-                anchor.estimated = estimated
-                if view_id is not None:
-                    anchor.views[view_id] = estimated
-                    if len(anchor.views) > KEPT_REPORTS:
-                        del anchor.views[next(iter(anchor.views))]
+                anchor.views[view_id] = estimated
+                if len(anchor.views) > KEPT_REPORTS:
+                    del anchor.views[next(iter(anchor.views))]
 
     def observe(self, session_id: str, input_tokens: int, view_id: str | None = None) -> float | None:
         """The provider counted ``input_tokens`` for the last view returned (or the view of the
@@ -187,7 +184,8 @@ class UsageAnchors:
             anchor = self._sessions.get(session_id)
             if anchor is None or input_tokens == 0:
                 return None
-            estimated = anchor.estimated if view_id is None else anchor.views.get(view_id, 0)
+            views = anchor.views
+            estimated = views.get(view_id, 0) if view_id is not None else next(reversed(views.values()), 0)
             if estimated <= 0:
                 return None
             if input_tokens < MIN_RATIO * estimated:
