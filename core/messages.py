@@ -137,6 +137,12 @@ def replace_content(message: Message, content: str) -> Message:
     return attrs.evolve(message, content=content, raw=None)
 
 
+IMAGE_TYPES = frozenset({"image_url", "image", "input_image"})
+"""The ``type`` of an image part (OpenAI's chat and Responses formats, a placeholder of one)."""
+DOCUMENT_TYPES = frozenset({"document", "file", "input_file"})
+"""The ``type`` of a document or file part."""
+
+
 def text_of(message: Message) -> str:
     """The message's text: the content string, or its text and refusal parts joined by newlines."""
     content = message.content
@@ -150,7 +156,7 @@ def text_of(message: Message) -> str:
             text = part.get("text")
             if isinstance(text, str):
                 parts.append(text)
-            elif part.get("type") in ("image_url", "image", "input_image"):
+            elif part.get("type") in IMAGE_TYPES:
                 parts.append("[image]")
             elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
                 parts.append(part["refusal"])
@@ -166,8 +172,6 @@ about 10 to 17 tokens a second of audio; the most compact audio the chat API tak
 32 kbit/s) is 5,333 characters of base64 a second, which counts as 83 characters (21 tokens): never
 under what a second costs, and a WAV (about 10 times larger) is only counted early."""
 
-_IMAGE_TYPES = frozenset({"image_url", "image", "input_image"})
-_DOCUMENT_TYPES = frozenset({"document", "file", "input_file"})
 _OPAQUE_KEYS = frozenset({"data", "signature", "file_data", "base64"})
 _AUDIO_TYPES = frozenset({"input_audio", "audio"})
 """OpenAI's audio part, and LangChain's standard audio block (its data under ``base64``)."""
@@ -194,10 +198,10 @@ def part_sizes(value: Any, audio: bool = False) -> Iterator[str | int | None]:
     elif isinstance(value, Mapping):
         kind = value.get("type")
         audio = audio or kind in _AUDIO_TYPES
-        if kind in _IMAGE_TYPES:
+        if kind in IMAGE_TYPES:
             yield None
             return
-        if kind in _DOCUMENT_TYPES:
+        if kind in DOCUMENT_TYPES:
             yield None
         for key, item in value.items():
             if key == "type":
@@ -360,11 +364,31 @@ def with_result_text(m: Message, text: str) -> Message:
     holds its text alone."""
     content = m.content
     if isinstance(content, tuple):
-        kept = [p for p in content if not (isinstance(p, Mapping) and isinstance(p.get("text"), str))]
-        if kept:
-            return attrs.evolve(m, content=({"type": "text", "text": text}, *kept), raw=None)
+        return with_text(m, text, split_text(m)[1])
     match = _LATE_RESULT.match(content) if m.role == "user" and isinstance(content, str) else None
     return replace_content(m, text if match is None else match.group() + text)
+
+
+def split_text(m: Message) -> tuple[str, tuple[Mapping[str, Any], ...]]:
+    """``m``'s text (as :func:`text_of` reads it, without the placeholders of its other parts)
+    and the parts of its content that are not text: images, files, audio."""
+    parts = m.content if isinstance(m.content, tuple) else ()
+    others = tuple(p for p in parts if not _is_text(p))
+    if not others:
+        return text_of(m), ()
+    return text_of(attrs.evolve(m, content=tuple(p for p in parts if _is_text(p)))), others
+
+
+def _is_text(part: Any) -> bool:
+    return isinstance(part, Mapping) and (isinstance(part.get("text"), str) or part.get("type") == "refusal")
+
+
+def with_text(m: Message, text: str, others: Sequence[Mapping[str, Any]] = ()) -> Message:
+    """``m`` with ``text`` as its text, ``others`` (the parts :func:`split_text` gives) after it;
+    a text alone when there are none. No longer tied to its original dict."""
+    if not others:
+        return replace_content(m, text)
+    return attrs.evolve(m, content=({"type": "text", "text": text}, *others), raw=None)
 
 
 def repair_tool_pairs(messages: Sequence[Message], *, at_start: bool = True) -> tuple[list[Message], int]:
@@ -532,7 +556,7 @@ def _blocks_of(m: Message) -> list[dict[str, Any]]:
         url = image.get("url") if isinstance(image, Mapping) else image
         text = part.get("text")
         if not isinstance(text, str):  # as text_of reads it
-            text = "[image]" if part.get("type") in ("image", "input_image") else ""
+            text = "[image]" if part.get("type") in IMAGE_TYPES else ""
             if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
                 text = part["refusal"]
         if isinstance(url, str):

@@ -47,6 +47,8 @@ from .facts import bound_text, extract_facts, first_user_request, one_line
 from .hookspecs import hookimpl
 from .messages import (
     ANTHROPIC_KEY,
+    DOCUMENT_TYPES,
+    IMAGE_TYPES,
     char_count,
     from_anthropic,
     group_start,
@@ -56,8 +58,10 @@ from .messages import (
     part_sizes,
     replace_content,
     sent_extras,
+    split_text,
     text_of,
     to_anthropic,
+    with_text,
 )
 from .models import (
     NOT_AVAILABLE,
@@ -145,6 +149,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ANTHROPIC_KEY",
+    "DOCUMENT_TYPES",
+    "IMAGE_TYPES",
     "NOT_AVAILABLE",
     "PLACEHOLDER_PREFIX",
     "THRESHOLD_NAMES",
@@ -239,11 +245,13 @@ __all__ = [
     "sent_extras",
     "session_name",
     "setting_check",
+    "split_text",
     "state_from_json",
     "state_to_json",
     "text_of",
     "thresholds_of",
     "tier_for_share",
     "to_anthropic",
+    "with_text",
     "write_private",
 ]

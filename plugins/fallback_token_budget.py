@@ -18,11 +18,19 @@ tool call from its results.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import attrs
 
-from progressive_compactor.plugin import Message, hookimpl, is_split_point, replace_content, text_of
+from progressive_compactor.plugin import (
+    Message,
+    hookimpl,
+    is_split_point,
+    replace_content,
+    split_text,
+    text_of,
+    with_text,
+)
 
 Estimate = Callable[[Sequence[Message]], list[int]]
 MARKER = "\n[... truncated to fit the context window ...]\n"
@@ -75,12 +83,12 @@ def shorten(message: Message, tokens: int, estimate: Estimate) -> Message:
     """``message`` cut to at most ``tokens`` tokens, or as close as its handle lines allow: its
     text first (its images and files kept after it, unless they alone are over), then the
     arguments of its tool calls (kept as JSON)."""
-    text, others = _parts(message)
+    text, others = split_text(message)
     keep = len(text)
     candidate = message
     while keep > 0 and estimate([candidate])[0] > tokens:
         keep = keep * 3 // 4 if keep > 16 else 0
-        candidate = _with_text(message, cut(text, keep), others)
+        candidate = with_text(message, cut(text, keep), others)
     if others and estimate([candidate])[0] > tokens:  # the images alone are over: the text alone
         return shorten(replace_content(message, text_of(message)), tokens, estimate)
     calls = list(candidate.tool_calls)
@@ -90,26 +98,6 @@ def shorten(message: Message, tokens: int, estimate: Estimate) -> Message:
         calls = [attrs.evolve(c, arguments=_cut_arguments(c.arguments, size)) for c in message.tool_calls]
         candidate = attrs.evolve(candidate, tool_calls=tuple(calls), raw=None)
     return candidate
-
-
-def _parts(message: Message) -> tuple[str, tuple[Any, ...]]:
-    """The text of ``message`` and the parts of its content that are not text (an image of the
-    user's request, a tool's screenshot; the text without their placeholders)."""
-    parts = message.content if isinstance(message.content, tuple) else ()
-    others = tuple(p for p in parts if not _is_text(p))
-    if not others:
-        return text_of(message), ()
-    return text_of(attrs.evolve(message, content=tuple(p for p in parts if _is_text(p)))), others
-
-
-def _is_text(part: Any) -> bool:
-    return isinstance(part, dict) and (isinstance(part.get("text"), str) or part.get("type") == "refusal")
-
-
-def _with_text(message: Message, text: str, others: tuple[Any, ...]) -> Message:
-    if not others:
-        return replace_content(message, text)
-    return attrs.evolve(message, content=({"type": "text", "text": text}, *others), raw=None)
 
 
 def _cut_arguments(arguments: str, size: int) -> str:

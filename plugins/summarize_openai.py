@@ -25,7 +25,7 @@ from progressive_compactor.http import (
     dig,
     require,
 )
-from progressive_compactor.plugin import ANTHROPIC_KEY, SummarizerError, setting_check
+from progressive_compactor.plugin import ANTHROPIC_KEY, DOCUMENT_TYPES, IMAGE_TYPES, SummarizerError, setting_check
 
 
 class OpenAISummarizer(HttpSummarizer):
@@ -96,8 +96,6 @@ _PARTS = {
 }
 """The content parts Chat Completions takes in a message of each role (of the others, text
 alone), each with the field it needs."""
-_IMAGES = frozenset({"image_url", "image", "input_image"})
-_FILES = frozenset({"file", "input_file", "document"})
 
 
 def _sendable(message: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +113,7 @@ def _sendable(message: dict[str, Any]) -> dict[str, Any]:
                 parts.append(part)
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 parts.append({"type": "text", "text": part["text"]})
-            elif kind in _IMAGES or kind in _FILES:
-                parts.append({"type": "text", "text": "[image]" if kind in _IMAGES else "[file]"})
+            elif kind in IMAGE_TYPES or kind in DOCUMENT_TYPES:
+                parts.append({"type": "text", "text": "[image]" if kind in IMAGE_TYPES else "[file]"})
         sent["content"] = parts or ""
     return sent
