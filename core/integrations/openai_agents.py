@@ -20,8 +20,8 @@ output, wherever it comes; both are counted (a screenshot as one image). The vie
 call next to its output: a call the input leaves unanswered gets a ``function_call_output``
 saying so, an output without its call becomes a user message. Items the compaction did not
 change are handed back as the very items of the input (reasoning items, ids and hosted-tool
-items included); a changed one is a copy with the new text. The agent's ``instructions`` are the view's system
-message while compacting (they are counted), and go back to the SDK unchanged.
+items included); a changed one is a copy with the new text. The agent's ``instructions`` are the
+view's system message while compacting (they are counted), and go back to the SDK unchanged.
 
 ``compaction.hooks`` (a ``RunHooks``) reports each response's ``usage.input_tokens``, which
 anchors the session's token counts; pass it as ``Runner.run(..., hooks=...)`` (or call
@@ -173,11 +173,11 @@ def to_dicts(items: Sequence[Any], instructions: str | None = None) -> list[dict
             holder = holders.get(call_id) if _is_output(kind) and isinstance(call_id, str) else None
             if holder is not None:  # with its call, whatever came between (a function's output)
                 holder[SOURCE].append(item)
-                holder.setdefault(COUNTED_KEY, []).append(_hosted(data))
+                _count_hosted(holder, data)
                 continue
             current = assistant()
             current[SOURCE].append(item)
-            current.setdefault(COUNTED_KEY, []).append(_hosted(data))
+            _count_hosted(current, data)
             if isinstance(call_id, str) and call_id and isinstance(kind, str) and kind.endswith("_call"):
                 holders[call_id] = current
     return out
@@ -186,19 +186,21 @@ def to_dicts(items: Sequence[Any], instructions: str | None = None) -> list[dict
 _NOT_COUNTED = frozenset({"reasoning", "compaction"})
 """Items whose content providers leave out of what they count again (an earlier turn's
 reasoning) or that are opaque (a compaction's encrypted summary)."""
-_IMAGES = frozenset({"computer_call_output", "image_generation_call"})
+_IMAGE_ITEMS = frozenset({"computer_call_output", "image_generation_call"})
 
 
-def _hosted(data: dict[str, Any]) -> Any:
-    """What a hosted tool's item sends back, to count: its texts (a shell's or an MCP server's
-    output, a search's results, the code it ran), one image for a screenshot or a generated image,
-    nothing for reasoning; ids and statuses are not text."""
+def _count_hosted(turn: dict[str, Any], data: dict[str, Any]) -> None:
+    """Count with ``turn`` what a hosted tool's item sends back: its texts (a shell's or an MCP
+    server's output, a search's results, the code it ran), one image for a screenshot or a
+    generated image, nothing for reasoning; ids and statuses are not text."""
     kind = data.get("type")
     if kind in _NOT_COUNTED:
-        return None
-    if kind in _IMAGES:
-        return {"type": "image"}
-    return {key: value for key, value in data.items() if key not in ("id", "call_id", "status")}
+        return
+    counted = {"type": "image"} if kind in _IMAGE_ITEMS else {k: v for k, v in data.items() if k not in _NOT_TEXT}
+    turn.setdefault(COUNTED_KEY, []).append(counted)
+
+
+_NOT_TEXT = frozenset({"id", "call_id", "status"})
 
 
 def _is_output(kind: Any) -> bool:
