@@ -197,15 +197,15 @@ def _ai_content(original: list[Any], content: Any, args: dict[Any, dict[str, Any
         return [_with_args(p, args) for p in original]
     texts = [p if isinstance(p, str) else p.get("text") for p in original if _is_text(p)]
     same = content == "\n".join(t for t in texts if isinstance(t, str))
+    new_text = [{"type": "text", "text": content}] if content and not same else []
     out: list[Any] = []
     for part in original:
         if _is_text(part):
-            if same or content:
-                out.append(part if same else {"type": "text", "text": content})
-                content = "" if not same else content
+            out += [part] if same else new_text  # the new text in place of the first text block
+            new_text = []
         elif _is_call_block(part, args.keys()) or (isinstance(part, dict) and part.get("type") in THINKING_BLOCKS):
             out.append(_with_args(part, args))
-    return [*out, {"type": "text", "text": content}] if content and not texts else out
+    return out + new_text  # no text block to put it in place of: after the others
 
 
 def _is_text(part: Any) -> bool:
