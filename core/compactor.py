@@ -399,7 +399,7 @@ class ProgressiveCompactor:
             offloaded=tuple(work.offloaded),
             summarized=work.summarized,
             preserved_tail=work.preserved,
-            summary_text=redact(work.state.summary or "") if summarized else "",
+            summary_text=self.secrets.redact_registered(work.state.summary or "") if summarized else "",
             compression_ratio=round(1 - tokens_after / tokens_before, 4) if tokens_before else 0.0,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
             errors=tuple(map(redact, work.errors)) if work.errors else (),

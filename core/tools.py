@@ -100,14 +100,19 @@ def head_lines(text: str, count: int) -> list[str]:
     return lines
 
 
+SPLIT_CHARS = 1 << 20
+"""Up to this many characters, a text's lines are counted by splitting it."""
 _RARE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def line_count(text: str) -> int:
     """How many lines ``text.splitlines()`` gives, the lines ``read_tool_result``'s
-    ``start_line`` and ``end_line`` count (``\r`` ends a line too: a progress bar's output),
-    without splitting a text that may be tens of megabytes (a count per break character: a
-    regular expression's scan for the rare ones cost fifty times more)."""
+    ``start_line`` and ``end_line`` count (``\r`` ends a line too: a progress bar's output):
+    split when it is at most :data:`SPLIT_CHARS` long (faster), else counted without splitting a
+    text that may be tens of megabytes (a count per break character: a regular expression's scan
+    for the rare ones cost fifty times more)."""
+    if len(text) <= SPLIT_CHARS:
+        return len(text.splitlines())
     breaks = text.count("\n") + text.count("\r") - text.count("\r\n")
     breaks += sum(text.count(c) for c in _RARE_BREAKS)
     return breaks + (not _LINE_BREAK.match(text[-1:])) if text else 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from progressive_compactor import CompactionTier, CompactorError, Session, hookimpl
+from progressive_compactor import CompactionTier, CompactorError, Session, hookimpl, tools
 from progressive_compactor.messages import message_from_dict
 from progressive_compactor.models import Message
 from progressive_compactor.plugin import PLACEHOLDER_PREFIX
@@ -92,8 +92,11 @@ def test_one_file_per_result_with_a_preview_placeholder(tmp_path):
     "text",
     ["", "a", "a\n", "\n\n", "a\r\nb", "\r\r\n\r", "a\x0bb\x0cc\x1cd\x1de\x1ef", "é\x85x\u2028y\u2029", "a\n\x1e"],
 )
-def test_a_placeholder_counts_the_lines_read_tool_result_counts(text):
-    """Every line break ``str.splitlines`` knows, the rare ones included, counts a line."""
+@pytest.mark.parametrize("split_chars", [0, tools.SPLIT_CHARS], ids=["counted", "split"])
+def test_a_placeholder_counts_the_lines_read_tool_result_counts(text, split_chars, monkeypatch):
+    """Every line break ``str.splitlines`` knows, the rare ones included, counts a line, whether
+    the text is long enough to be counted without splitting it or not."""
+    monkeypatch.setattr(tools, "SPLIT_CHARS", split_chars)
     assert line_count(text) == len(text.splitlines())
 
 
