@@ -11,7 +11,14 @@ import stat
 import attrs
 import pytest
 
-from progressive_compactor import EMERGENCY_ERROR, CompactionRecord, CompactionTier, CompactorConfig, hookimpl
+from progressive_compactor import (
+    EMERGENCY_ERROR,
+    CompactionRecord,
+    CompactionTier,
+    CompactorConfig,
+    SummaryResult,
+    hookimpl,
+)
 from progressive_compactor.converters import compact_json, record_from_dict, record_to_dict, record_to_json
 from progressive_compactor.converters import read_records_file as read_records
 from progressive_compactor.errors import StorageError
@@ -406,6 +413,42 @@ def test_no_notification_for_tier_none(make_compactor):
 @pytest.mark.parametrize("n, text", [(999, "999"), (45_213, "45.2K"), (8100, "8.1K"), (1_500_000, "1.5M")])
 def test_human_tokens(n, text):
     assert human_tokens(n) == text
+
+
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5" * 4
+
+
+class WritesSecretsInItsSummary:
+    """A summarizer whose summary holds a token of a well-known format, and a word that becomes a
+    secret only after the summary is kept."""
+
+    @hookimpl(tryfirst=True)
+    def summarize(self, request):
+        return SummaryResult(text=f"## User Intent\nfix the bug\n## Summary\nUsed {GITHUB_TOKEN} and LATER-SECRET-42.")
+
+
+class KeepsRecords:
+    def __init__(self):
+        self.records = []
+
+    @hookimpl
+    def persist_record(self, record):
+        self.records.append(record)
+
+
+def test_a_records_summary_masks_credentials_and_the_secrets_registered_since(make_compactor):
+    history = build_history([3000] * 10)
+    kept = KeepsRecords()  # the records as the compactor made them (a store masks them again)
+    plugins = [("writes-secrets", WritesSecretsInItsSummary()), ("keeps-records", kept)]
+    compactor = make_compactor(context_window=window_for(history, 0.75), extra_plugins=plugins)
+    _, first = compactor.compact_with_record(history)
+    assert first.tier is CompactionTier.SOFT
+    assert GITHUB_TOKEN not in first.summary_text and "LATER-SECRET-42" in first.summary_text
+    compactor.secrets.add("LATER-SECRET-42")  # the kept summary holds it: the next record must not
+    compactor.compact_force(history)
+    forced = kept.records[-1]
+    assert forced.tier is CompactionTier.EMERGENCY and "Used" in forced.summary_text
+    assert "LATER-SECRET-42" not in forced.summary_text and GITHUB_TOKEN not in forced.summary_text
 
 
 def test_secrets_never_reach_the_records(make_compactor, tmp_path):
