@@ -9,10 +9,17 @@ session.append({"role": "user", "content": "Fix the flaky test"})
 view = session.view()            # send this to the LLM
 session.append(reply)            # the history keeps everything; the view is derived
 ```
+
+``session.records`` holds the records of the session's newest calls, oldest first, and
+``session.last_record`` the newest: ``keep_records`` of them (100 unless given; ``None`` keeps
+every one, which a long-running loop should not), so that a loop of thousands of calls does not
+keep every summary in memory. Every record is also given to the record store
+(``ProgressiveCompactor.records(session_id)`` reads them back).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Iterable, Mapping
 
 from .compactor import ProgressiveCompactor
@@ -20,13 +27,24 @@ from .messages import message_from_dict
 from .models import CompactionRecord
 from .tools import handle_read_tool_call
 
+KEEP_RECORDS = 100
+"""How many of its newest records a session keeps in memory unless told otherwise."""
+
 
 class _SessionBase:
-    def __init__(self, compactor: ProgressiveCompactor, session_id: str | None = None):
+    def __init__(
+        self,
+        compactor: ProgressiveCompactor,
+        session_id: str | None = None,
+        *,
+        keep_records: int | None = KEEP_RECORDS,
+    ):
+        if keep_records is not None and keep_records < 1:
+            raise ValueError(f"keep_records must be at least 1 (the last record is kept), got {keep_records}")
         self.compactor = compactor
         self.session_id = compactor._session_id(session_id)  # None: the compactor's; "" is refused
         self.history: list[dict[str, Any]] = []
-        self.records: list[CompactionRecord] = []
+        self.records: deque[CompactionRecord] = deque(maxlen=keep_records)  # the newest, oldest first
 
     def append(self, *messages: Mapping[str, Any]) -> None:
         """Add messages to the history; each is checked first (a bad one adds none of them), none

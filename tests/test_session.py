@@ -218,6 +218,17 @@ def test_a_session_keeps_the_full_history_and_derives_a_view_per_turn(make_compa
     assert len(session.history) == len(history) + 1
 
 
+def test_a_session_keeps_only_its_newest_records(make_compactor):
+    session = Session(make_compactor(), "s1", keep_records=3)
+    session.append({"role": "user", "content": "hello"})
+    records = [(session.view(), session.last_record)[1] for _ in range(5)]
+    assert list(session.records) == records[-3:] and session.last_record is records[-1]
+    assert Session(make_compactor(), "s2").records.maxlen == 100  # bounded unless asked otherwise
+    assert Session(make_compactor(), "s3", keep_records=None).records.maxlen is None
+    with pytest.raises(ValueError, match="keep_records"):
+        Session(make_compactor(), "s4", keep_records=0)  # the last record is always kept
+
+
 def test_a_session_copies_what_it_is_given(make_compactor):
     session = Session(make_compactor(), "s1")
     message = {"role": "user", "content": "hello"}
@@ -274,7 +285,7 @@ def test_delete_cascades_to_offloads_records_and_state(make_compactor, history, 
     assert all(p.exists() for p in paths)
     assert session.delete() == []
     assert not any(p.exists() for p in paths)
-    assert session.history == [] and session.records == []
+    assert session.history == [] and not session.records
     assert compactor.state("doomed") == SessionState()
     assert (tmp_path / "records" / "kept.jsonl").exists() and (tmp_path / "state" / "kept.json").exists()
     assert (tmp_path / "tool_results" / "kept").is_dir()
