@@ -14,7 +14,7 @@ apply: ``gen_ai.operation.name`` (``compact_context``, an operation of our own),
 ``gen_ai.conversation.id`` (the session id), ``gen_ai.usage.input_tokens`` and
 ``gen_ai.usage.output_tokens`` (what the summarizer's provider reported, when a summary was
 made), ``error.type`` and an error status when something went wrong (an emergency truncation alone
-is not an error). The record's fields are the ``compactor.*`` attributes: ``compactor.tier``,
+is not an error; the status's description is the ``error.type``). The record's fields are the ``compactor.*`` attributes: ``compactor.tier``,
 ``compactor.requested_tier``, ``compactor.tokens_before``, ``compactor.tokens_after``,
 ``compactor.messages_before``, ``compactor.messages_after``, ``compactor.compression_ratio``,
 ``compactor.offloads``, ``compactor.offloaded_chars``, ``compactor.summarized``,
@@ -24,6 +24,26 @@ is not an error). The record's fields are the ``compactor.*`` attributes: ``comp
 ``compactor.cache_stable_prefix_tokens``, ``compactor.context_window``,
 ``compactor.token_method``, ``compactor.variant``, ``compactor.record_id``. The summary text goes in only with ``capture_summary: true`` (secrets
 are masked either way).
+
+**Errors go out as their types, never their text.** An entry of ``record.errors`` may quote a
+tool's output, a model's reply (the start of a malformed one) or a plugin's exception: secrets are
+masked, other user data is not. The span's ``compactor.errors`` is the list of their types, in
+order, and ``error.type`` and the status's description the first one's; the text stays in the
+record, which the record store keeps under ``compactor.record_id``:
+
+| an entry of ``record.errors`` that starts with | its type |
+|---|---|
+| ``compaction failed`` | ``compaction_failed`` |
+| ``summarizer failed`` | ``summarizer_failed`` |
+| ``offload of `` | ``offload_failed`` |
+| ``saving session state failed`` | ``state_save_failed`` |
+| ``loading session state failed`` | ``state_load_failed`` |
+| ``session state did not match``, ``session state covers`` | ``state_mismatch`` |
+| ``loop guard`` | ``loop_guard`` |
+| ``repaired view`` | ``repaired_view`` |
+| ``anchor parsing incomplete`` | ``anchors_incomplete`` |
+| ``emergency fallback: forced truncation`` (no error: only in ``compactor.errors``) | ``emergency_fallback`` |
+| anything else | ``_OTHER`` |
 
 **Metrics** (the meter ``progressive_compactor``):
 
@@ -74,6 +94,7 @@ ERROR_TYPES = (
     ("loop guard", "loop_guard"),
     ("repaired view", "repaired_view"),
     ("anchor parsing incomplete", "anchors_incomplete"),
+    (EMERGENCY_NOTE, "emergency_fallback"),
 )
 
 
@@ -175,7 +196,7 @@ class OtelTelemetry:
             attributes=self.attributes(record, causes),
         )
         if causes:
-            span.set_status(self._status(self._error, causes[0]))
+            span.set_status(self._status(self._error, error_type(causes[0])))
         span.end(end_time=end)
 
     def attributes(self, record: CompactionRecord, causes: list[str]) -> dict[str, Any]:
@@ -211,7 +232,7 @@ class OtelTelemetry:
         if record.escalations:
             attributes["compactor.escalations"] = list(record.escalations)
         if record.errors:
-            attributes["compactor.errors"] = list(record.errors)
+            attributes["compactor.errors"] = [error_type(e) for e in record.errors]  # never their text
         if causes:
             attributes["error.type"] = error_type(causes[0])
         if record.variant:

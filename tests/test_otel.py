@@ -142,10 +142,28 @@ def test_a_failing_summarizer_is_an_error_with_its_latency(make_compactor, telem
     span = spans.get_finished_spans()[-1]
     assert span.status.status_code is StatusCode.ERROR
     assert span.attributes["error.type"] == "summarizer_failed"
-    assert list(span.attributes["compactor.errors"]) == list(record.errors)
+    assert list(span.attributes["compactor.errors"]) == ["summarizer_failed", "emergency_fallback"]
     latency = points(reader, "compactor.summarizer.duration")
     assert [(a.get("error.type"), p.count) for a, p in latency] == [("SummarizerError", 1)]
     assert points(reader, "compactor.errors") == [({"error.type": "summarizer_failed"}, 1)]
+
+
+def test_a_span_carries_the_types_of_the_errors_never_their_text(make_compactor, telemetry):
+    """An error's text may quote a tool's output or a model's reply: it stays in the record (the
+    record store), and the span says only what kind of error it was and which record has it."""
+    plugin, spans, _, _ = telemetry
+    quoted = "malformed JSON in the reply; it starts with 'Jane Roe, 12 Elm Street, card 4242'"
+    compactor, store = compactor_with(make_compactor, plugin, context_window=int(9000 / 0.85))
+    compactor.pm.register(failing_summarizer(quoted), "failing")
+    compactor.compact_with_record(build_history([3000] * 12), "s")
+    record = store.records[-1]
+    assert "Jane Roe" in record.errors[0]
+    span = spans.get_finished_spans()[-1]
+    assert span.attributes["compactor.record_id"] == record.id
+    assert list(span.attributes["compactor.errors"]) == ["summarizer_failed", "emergency_fallback"]
+    exported = [*map(str, span.attributes.values()), span.status.description or ""]
+    assert not [text for text in exported if "Jane Roe" in text]
+    assert span.status.description == "summarizer_failed"
 
 
 def test_the_async_summarizer_is_timed_too(make_compactor, telemetry):
