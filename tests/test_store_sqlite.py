@@ -21,6 +21,7 @@ from typing import Iterator
 import pytest
 
 from progressive_compactor import CompactionTier, ProgressiveCompactor
+from progressive_compactor.errors import StorageError
 from progressive_compactor.stores import sqlite as sqlite_backend
 from progressive_compactor.testing import build_history, problems, window_for
 from store_contract import Backend, StoreContract, warn_history
@@ -62,6 +63,31 @@ def test_a_symbolic_link_in_place_of_the_file_is_refused(tmp_path):
     assert problems(view) == [] and record.tier is CompactionTier.FULL
     assert any("loading session state failed" in e and "cannot open" in e for e in record.errors)
     assert elsewhere.read_bytes() == b""
+
+
+def test_a_connection_whose_rollback_failed_is_closed(backend):
+    """A transaction that could not be rolled back holds the write lock for as long as its
+    connection is open: it is closed, and the next call opens another."""
+    plugin = backend.compactor().pm.get_plugin("offload-sqlite")
+    database = plugin.db
+    assert database.sessions("offloads") == []  # the connection is open
+    conn = database._conn
+    conn.set_authorizer(  # SQLite refuses every ROLLBACK on this connection
+        lambda action, name, *_: (
+            sqlite3.SQLITE_DENY if (action, name) == (sqlite3.SQLITE_TRANSACTION, "ROLLBACK") else sqlite3.SQLITE_OK
+        )
+    )
+    with pytest.raises(StorageError):
+        database.offload("s", "call-1", ("s/call-1",), "0" * 64, object(), 1)  # no value SQLite can store
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        conn.execute("SELECT 1")
+    other = sqlite3.connect(backend.tmp_path / "compactor.sqlite3", timeout=0, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # the write lock is free
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert database.offload("s", "call-1", ("s/call-1",), "0" * 64, b"text", 4) == "s/call-1"
 
 
 def test_a_write_lock_held_too_long_fails_open_and_the_next_turn_recovers(backend):

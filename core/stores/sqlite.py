@@ -230,17 +230,26 @@ class SqliteDatabase:
                 if self._conn is not None and self._conn.in_transaction:
                     try:
                         self._conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        self._conn = None
+                    except sqlite3.Error:  # closed, so its write lock goes with it; the next call opens another
+                        self._drop()
                 if writes and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                     _LOCKED[str(self.path)] = (time.monotonic() + min(self.timeout, LOCKED_PAUSE), str(exc))
                 fail(where, exc, self.secrets)
 
-    def close(self) -> None:
+    def _drop(self) -> None:
+        """Close this process's connection (a transaction it holds is rolled back by SQLite)."""
+        import sqlite3
+
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
+                try:
+                    self._conn.close()
+                except sqlite3.Error:  # pragma: no cover - dropped all the same
+                    pass
             self._conn = None
+
+    def close(self) -> None:
+        self._drop()
 
     # --- state -------------------------------------------------------------------------------
 
