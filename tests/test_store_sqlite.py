@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from progressive_compactor import CompactionTier, ProgressiveCompactor
+from progressive_compactor import CompactionTier, ProgressiveCompactor, Session
 from progressive_compactor.errors import StorageError
 from progressive_compactor.stores import sqlite as sqlite_backend
 from progressive_compactor.testing import build_history, problems, window_for
@@ -63,6 +63,18 @@ def test_a_symbolic_link_in_place_of_the_file_is_refused(tmp_path):
     assert problems(view) == [] and record.tier is CompactionTier.FULL
     assert any("loading session state failed" in e and "cannot open" in e for e in record.errors)
     assert elsewhere.read_bytes() == b""
+
+
+def test_a_folder_that_cannot_be_made_is_a_storage_error(backend):
+    """The folder of the database is made on first use: when a file stands where it should be,
+    the store raises its own error, and the read tool answers the model with it as text."""
+    compactor = backend.compactor(config=backend.config(path=str(backend.tmp_path / "db" / "compactor.sqlite3")))
+    (backend.tmp_path / "db").write_bytes(b"not a folder")
+    database = compactor.pm.get_plugin("store-sqlite").db
+    with pytest.raises(StorageError, match="db"):
+        database.read_records("s")
+    answer = Session(compactor, "s").read_tool_call({"handle": "s/call-1"})
+    assert answer.startswith("error: ") and "db" in answer
 
 
 def test_a_connection_whose_rollback_failed_is_closed(backend):

@@ -145,7 +145,10 @@ class SqliteDatabase:
             INHERITED.append(self._conn)
         self._conn = None
         folder = self.path.parent
-        private_dir(folder, folder)
+        try:
+            private_dir(folder, folder)
+        except OSError as exc:  # a file where the folder should be, no permission to make it...
+            raise StorageError(f"cannot make the folder {folder}: {exc.strerror or exc}", path=str(folder)) from exc
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
         except OSError as exc:
