@@ -65,6 +65,48 @@ def test_a_symbolic_link_in_place_of_the_file_is_refused(tmp_path):
     assert elsewhere.read_bytes() == b""
 
 
+def test_an_existing_database_readable_by_others_is_made_owner_only(backend):
+    """SQLite gives the ``-wal`` and ``-shm`` files it makes the database file's mode: a file made
+    before (by ``touch``, a copy) readable by others would have every new write readable too."""
+    path = backend.tmp_path / "compactor.sqlite3"
+    path.write_bytes(b"")
+    os.chmod(path, 0o644)
+    history = warn_history()
+    view, record = backend.compactor(context_window=window_for(history, 0.65)).compact_with_record(history, "s")
+    assert record.offloaded and record.errors == ()
+    files = sorted(p.name for p in backend.tmp_path.glob("compactor.sqlite3*"))
+    assert files == ["compactor.sqlite3", "compactor.sqlite3-shm", "compactor.sqlite3-wal"]
+    assert {name: stat.S_IMODE(os.stat(backend.tmp_path / name).st_mode) for name in files} == dict.fromkeys(
+        files, 0o600
+    )
+
+
+def test_companions_left_readable_by_others_are_made_owner_only(backend):
+    path = backend.tmp_path / "compactor.sqlite3"
+    earlier = sqlite3.connect(path, isolation_level=None)  # another program, with the usual umask
+    try:
+        earlier.execute("PRAGMA journal_mode=WAL")
+        earlier.execute("CREATE TABLE other (x)")
+        for name in ("compactor.sqlite3", "compactor.sqlite3-wal", "compactor.sqlite3-shm"):
+            os.chmod(backend.tmp_path / name, 0o644)
+        assert backend.compactor().state("s").version == 0
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in backend.tmp_path.glob("compactor.sqlite3*")}
+        assert modes == {"compactor.sqlite3": 0o600, "compactor.sqlite3-wal": 0o600, "compactor.sqlite3-shm": 0o600}
+    finally:
+        earlier.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_another_users_database_keeps_its_mode_with_a_warning(backend, caplog):
+    path = backend.tmp_path / "compactor.sqlite3"
+    path.write_bytes(b"")
+    os.chmod(path, 0o640)
+    os.chown(path, 4242, -1)  # a group shares it on purpose, say
+    assert backend.compactor().state("s").version == 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert f"{path} can be read by others (mode 640) and stays so: owned by another user" in caplog.text
+
+
 def test_a_folder_that_cannot_be_made_is_a_storage_error(backend):
     """The folder of the database is made on first use: when a file stands where it should be,
     the store raises its own error, and the read tool answers the model with it as text."""

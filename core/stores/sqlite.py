@@ -5,9 +5,11 @@ The file is shared by every process on one host (and by the three plugins): WAL 
 never wait for a writer; a writer waits up to ``timeout`` seconds for another's write lock
 (``busy_timeout``). Every write is one statement or one ``BEGIN IMMEDIATE`` transaction, so a
 process killed in the middle of one leaves the database as it was before it. The file and its
-``-wal``/``-shm`` companions are owner-only; a symbolic link in its place is refused. A full disk
-(or a file-size limit) makes a write fail with ``database or disk is full``; nothing is left
-half-written, and the plugins fail open.
+``-wal``/``-shm`` companions are owner-only: SQLite gives the companions the file's mode, so a file
+made before (by ``touch``, a copy) that others may read is made owner-only when this user owns it,
+as a file the other stores rewrite is, and a warning is logged when another user does. A symbolic
+link in its place is refused. A full disk (or a file-size limit) makes a write fail with
+``database or disk is full``; nothing is left half-written, and the plugins fail open.
 
 Schema (version :data:`SCHEMA_VERSION`, in ``PRAGMA user_version``)::
 
@@ -23,7 +25,9 @@ version is newer than this release knows is refused, never changed.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import threading
 import time
 import weakref
@@ -66,6 +70,8 @@ _SESSIONS = {
     "offloads": "SELECT session_id, MAX(created) FROM compactor_offloads GROUP BY session_id ORDER BY session_id",
 }
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_COMPANION = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+log = logging.getLogger("progressive_compactor")
 LOCKED_PAUSE = 3.0
 """Seconds (at most ``timeout``) every write fails at once after one waited for the lock in vain."""
 _LOCKED: dict[str, tuple[float, str]] = {}
@@ -114,6 +120,25 @@ def _not_a_file(path: Path) -> str:
     return ""
 
 
+def _owner_only(fd: int, path: Path) -> None:
+    """Make the open file ``path`` owner-only (0600) if others may read or write it, when this
+    user owns it; else (another user's file is not ours to change) a warning."""
+    if not hasattr(os, "geteuid"):  # pragma: no cover - no owner and mode bits to speak of
+        return
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o077:
+        return
+    if st.st_uid == os.geteuid():
+        try:
+            os.fchmod(fd, 0o600)
+            return
+        except OSError as exc:  # a file system without modes: said, not fatal
+            why = exc.strerror or str(exc)
+    else:
+        why = "owned by another user"
+    log.warning("%s can be read by others (mode %o) and stays so: %s", path, stat.S_IMODE(st.st_mode), why)
+
+
 class SqliteDatabase:
     """One SQLite file: a connection per process (opened on first use, opened again after a
     fork), shared by the threads of the process under a lock."""
@@ -151,9 +176,22 @@ class SqliteDatabase:
             raise StorageError(f"cannot make the folder {folder}: {exc.strerror or exc}", path=str(folder)) from exc
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+            try:
+                _owner_only(fd, self.path)
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path}: {exc.strerror or exc}", path=str(self.path)) from exc
-        os.close(fd)
+        for suffix in ("-wal", "-shm"):  # left by an earlier run with the file's old mode
+            companion = self.path.with_name(self.path.name + suffix)
+            try:
+                fd = os.open(companion, _COMPANION)
+            except OSError:  # none yet (SQLite makes it with the file's mode), or SQLite will say
+                continue
+            try:
+                _owner_only(fd, companion)
+            finally:
+                os.close(fd)
         conn = sqlite3.connect(
             str(self.path), timeout=self.timeout, isolation_level=None, check_same_thread=False, cached_statements=64
         )
