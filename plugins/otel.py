@@ -14,13 +14,14 @@ apply: ``gen_ai.operation.name`` (``compact_context``, an operation of our own),
 ``gen_ai.conversation.id`` (the session id), ``gen_ai.usage.input_tokens`` and
 ``gen_ai.usage.output_tokens`` (what the summarizer's provider reported, when a summary was
 made), ``error.type`` and an error status when something went wrong (an emergency truncation alone
-is not an error; the status's description is the ``error.type``). The record's fields are the ``compactor.*`` attributes: ``compactor.tier``,
-``compactor.requested_tier``, ``compactor.tokens_before``, ``compactor.tokens_after``,
-``compactor.messages_before``, ``compactor.messages_after``, ``compactor.compression_ratio``,
-``compactor.offloads``, ``compactor.offloaded_chars``, ``compactor.summarized``,
-``compactor.preserved_tail``, ``compactor.anchors``, ``compactor.summarizer``,
-``compactor.summarizer.calls``, ``compactor.fallback``, ``compactor.escalations``,
-``compactor.errors``, ``compactor.token_correction``, ``compactor.token_offset``,
+is not an error), described by its ``error.type``. The record's fields are the ``compactor.*``
+attributes: ``compactor.tier``, ``compactor.requested_tier``, ``compactor.tokens_before``,
+``compactor.tokens_after``, ``compactor.messages_before``, ``compactor.messages_after``,
+``compactor.compression_ratio``, ``compactor.offloads``, ``compactor.offloaded_chars``,
+``compactor.summarized``, ``compactor.preserved_tail``, ``compactor.anchors``,
+``compactor.summarizer``, ``compactor.summarizer.calls``, ``compactor.fallback``,
+``compactor.escalations``, ``compactor.errors`` (the errors' types, below),
+``compactor.token_correction``, ``compactor.token_offset``,
 ``compactor.cache_stable_prefix_tokens``, ``compactor.context_window``,
 ``compactor.token_method``, ``compactor.variant``, ``compactor.record_id``. The summary text goes in only with ``capture_summary: true`` (secrets
 are masked either way).
