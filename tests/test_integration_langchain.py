@@ -655,6 +655,13 @@ def test_a_truncated_ai_message_keeps_its_thinking_and_blocks(make_compactor):
     original = AIMessage(content=[thinking, *search, *ai.content[1:]], tool_calls=ai.tool_calls)
     back = from_dict(dict(to_dict(original), content="Writ"))
     assert back.content == [thinking, {"type": "text", "text": "Writ"}, ai.content[2]]
+    # a cut that keeps the message's other parts (a list): the thinking stays first, counted apart
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    original = AIMessage(content=[thinking, {"type": "text", "text": "Writing."}, image], tool_calls=[])
+    data = to_dict(original)
+    assert thinking not in data["content"] and data["__counted__"] == [thinking]
+    back = from_dict(dict(data, content=[{"type": "text", "text": "Writ"}, image]))
+    assert back.content == [thinking, {"type": "text", "text": "Writ"}, image]
 
 
 def test_a_voice_message_counts_as_audio(make_compactor):
@@ -669,3 +676,53 @@ def test_a_voice_message_counts_as_audio(make_compactor):
     voice = HumanMessage(content=[{"type": "audio", "base64": clip, "mime_type": "audio/wav"}])
     create_agent(model, tools=[], middleware=[middleware]).invoke({"messages": [voice]})
     assert records[-1].tier is CompactionTier.NONE and records[-1].tokens_before < 10_000, records[-1]
+
+
+def test_the_thinking_a_view_sends_is_counted(make_compactor):
+    """Every thinking block a view sends is counted, whatever the turn: newer Claude models keep an
+    earlier turn's thinking in context, and every model reads the thinking of the current tool loop.
+    A thinking block too large for the window is not put back, uncounted, into a message whose
+    text the emergency truncation cut: what the model gets fits the window."""
+    from langchain_core.tools import tool
+
+    thinking = {"type": "thinking", "thinking": "Let me think. " * 1500, "signature": "c2ln" * 50}
+
+    class Thinking(ScriptedModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            result = super()._generate(messages, stop, run_manager, **kwargs)
+            message = result.generations[0].message
+            if message.tool_calls:
+                uses = [
+                    {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
+                    for c in message.tool_calls
+                ]
+                message.content = [thinking, {"type": "text", "text": message.content}, *uses]
+            return result
+
+    @tool
+    def look(path: str) -> str:
+        """Look at a file."""
+        return f"{path} is fine"
+
+    def reply(i: int) -> dict[str, Any]:
+        return {
+            "content": f"Looking at {i}.",
+            "tool_calls": [{"id": f"l{i}", "function": {"name": "look", "arguments": json.dumps({"path": f"{i}.py"})}}],
+        }
+
+    records: list[Any] = []
+    model = Thinking(requests=[], replies=[reply(i) for i in range(3)])
+    middleware = CompactionMiddleware(make_compactor(context_window=100_000), session_id="s", on_record=records.append)
+    create_agent(model, tools=[look], middleware=[middleware]).invoke({"messages": [HumanMessage("look at them")]})
+    assert len(model.requests) == 4
+    for view, record in zip(model.requests, records, strict=True):
+        assert estimate(view) <= record.tokens_after + 10, (estimate(view), record.tokens_after)
+    assert records[-1].tokens_after >= 3 * len(thinking["thinking"]) // 4  # the three turns' thinking
+
+    records = []
+    model = Thinking(requests=[], replies=[reply(0)])
+    middleware = CompactionMiddleware(make_compactor(context_window=4_000), session_id="t", on_record=records.append)
+    create_agent(model, tools=[look], middleware=[middleware]).invoke({"messages": [HumanMessage("look at it")]})
+    assert records[-1].tier is CompactionTier.EMERGENCY
+    for view, record in zip(model.requests, records, strict=True):
+        assert estimate(view) <= min(record.tokens_after + 10, 4_000), (estimate(view), record.tokens_after)

@@ -14,6 +14,20 @@ the view, and turns the view back into the framework's messages. This module doe
   (:meth:`Compaction.observe`), which anchors the session's counts
   (:meth:`ProgressiveCompactor.observe_usage`); not after a call that sent the uncompacted input.
 
+**Thinking.** An integration counts every thinking block and reasoning item the view sends back
+(:data:`THINKING`), whatever turn it belongs to, and sends none it did not count. Providers differ,
+and by model: the thinking of the current tool loop (the assistant turns since the last user
+message that is not a tool result) is always read and counted as input; an earlier turn's is
+dropped by some models (Claude models before Opus 4.5 and Sonnet 4.6; OpenAI's o3 and o4-mini)
+and kept in context and counted by others (newer Claude models; newer OpenAI models, as their
+``reasoning.context`` says). The integration cannot tell which, so it counts it all: an overcount
+only compacts a little early (and the usage the provider reports corrects the session's later
+counts), an undercount overflows the window. The thinking of a message whose text the compaction cut stays with it
+(Anthropic wants the thinking of the turn's tool calls back, signature intact), so it is counted
+apart from the text (:data:`~progressive_compactor.messages.COUNTED_KEY`), where no cut drops it.
+Reasoning that only the provider holds (an item sent back by its id alone) cannot be counted
+here; the reported usage anchors it.
+
 Every dict the integrations build carries the framework's own message under :data:`SOURCE`: the
 compactor gives unchanged messages back as the very dicts it was given, so the integration gives
 back the framework's very objects (no conversion loss), and for a changed message it starts from
@@ -43,6 +57,10 @@ log = logging.getLogger("progressive_compactor.integrations")
 SOURCE = "__framework_message__"
 """The key under which a dict keeps the framework message it was made from: private
 (:func:`~progressive_compactor.messages.is_private`), so never counted nor sent."""
+THINKING = frozenset({"thinking", "redacted_thinking", "reasoning"})
+"""The ``type`` of what carries a model's thinking: Anthropic's thinking and redacted thinking
+blocks, LangChain's standard reasoning block, the Responses API's reasoning item. Counted
+whatever its turn (see the module docstring)."""
 FAILED_OPEN = "compaction failed, sent the uncompacted input"
 READ_TOOL_NAME: str = READ_TOOL_RESULT_TOOL["function"]["name"]
 READ_TOOL_DESCRIPTION: str = READ_TOOL_RESULT_TOOL["function"]["description"]
@@ -240,6 +258,7 @@ __all__ = [
     "READ_TOOL_NAME",
     "SESSION",
     "SOURCE",
+    "THINKING",
     "Adapter",
     "Compaction",
     "ContextWindowExceededError",

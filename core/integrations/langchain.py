@@ -22,7 +22,9 @@ Messages convert both ways without loss: a message the compaction did not change
 as the very object of the state (tool call ids, ``additional_kwargs``, ``response_metadata``,
 content blocks and ids intact); a changed one is a copy of the original with the new content
 (and, after an emergency truncation, the shortened tool-call arguments: a cut AI message keeps
-its thinking blocks, signatures intact, and its call blocks in place); a system message that is
+its thinking blocks, signatures intact, and its call blocks in place). The thinking blocks and
+reasoning blocks of every AI message the view keeps are counted, apart from its text, whatever
+the compaction did to the text (``integrations.common`` says why); a system message that is
 not first, which the compactor makes a user message, is a ``HumanMessage``. The compaction message is
 a ``HumanMessage`` (``compaction_role="system"`` makes it a ``SystemMessage``, for providers that
 take several system messages). A call the history leaves unanswered gets a ``ToolMessage`` saying
@@ -55,12 +57,14 @@ from langchain_core.tools import InjectedToolCallId, StructuredTool
 
 from ..compactor import ProgressiveCompactor
 from ..converters import record_to_dict
+from ..messages import COUNTED_KEY
 from ..notice import notice
 from ..session_memory import RecentlyUsed
 from .common import (
     READ_TOOL_DESCRIPTION,
     READ_TOOL_NAME,
     SOURCE,
+    THINKING,
     Adapter,
     ContextWindowExceededError,
     OnRecord,
@@ -108,9 +112,12 @@ def to_dict(message: BaseMessage) -> dict[str, Any]:
         data = {"role": "user", "content": content}
     elif isinstance(message, AIMessage):
         ids = {call.get("id") for call in message.tool_calls}
-        if isinstance(content, list) and ids:  # the tool calls again, as blocks of the content
-            content = [p for p in content if not _is_call_block(p, ids)]
+        thinking = [p for p in content if _is_thinking(p)] if isinstance(content, list) else []
+        if isinstance(content, list):  # the tool calls again, as blocks of the content; the thinking
+            content = [p for p in content if not _is_call_block(p, ids) and not _is_thinking(p)]
         data = {"role": "assistant", "content": content}
+        if thinking:  # counted apart from the text, which a compaction may cut
+            data[COUNTED_KEY] = thinking
         calls = [
             {
                 "id": call.get("id") or "",
@@ -180,32 +187,45 @@ def _tool_calls(data: dict[str, Any], original: AIMessage | None) -> tuple[list[
     return calls, bad
 
 
-THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking", "reasoning"})
-"""Blocks a changed AI message keeps whatever its text became: Anthropic wants the thinking of the
-turn's tool calls back, signature intact; the Responses API wants the reasoning item before the
-calls it led to."""
+def _is_thinking(part: Any) -> bool:
+    """Whether a content block carries the model's thinking (:data:`THINKING`): kept whatever the
+    message's text became, and counted apart from it. Anthropic wants the thinking of the turn's
+    tool calls back, signature intact; the Responses API wants the reasoning item before the calls
+    it led to."""
+    return isinstance(part, dict) and part.get("type") in THINKING
 
 
-def _ai_content(original: list[Any], content: Any, args: dict[Any, dict[str, Any]]) -> list[Any]:
+def _ai_content(original: list[Any], content: Any, before: Any, args: dict[Any, dict[str, Any]]) -> list[Any]:
     """The content of a changed AI message whose original content is a list of blocks, the blocks
-    in place. A list (the compaction changed only the calls): every block, each that repeats a
-    tool call with the call's arguments as they are now (``args``). A string (the text the
-    compaction left, which it counted alone): the thinking, the new text in place of the text
-    blocks (or these when the text is theirs) and the call blocks, cut; not the rest (a server
-    tool's results), which the compaction took out."""
-    if not isinstance(content, str):
+    in place. ``before``: the content its dict had. The same (the compaction changed only the
+    calls): every block, each that repeats a tool call with the call's arguments as they are now
+    (``args``). Else the thinking (counted apart from the text) and the call blocks, cut, and what
+    the compaction left in place of the rest: a string (the text, in place of the text blocks, or
+    these when the text is theirs) or the parts of a list (in place of the first block that is
+    neither thinking nor a call); not the rest (a server tool's results), which the compaction
+    took out."""
+    if content == before:
         return [_with_args(p, args) for p in original]
-    texts = [p if isinstance(p, str) else p.get("text") for p in original if _is_text(p)]
-    same = content == "\n".join(t for t in texts if isinstance(t, str))
-    new_text = [{"type": "text", "text": content}] if content and not same else []
+    if isinstance(content, str):
+        texts = [p if isinstance(p, str) else p.get("text") for p in original if _is_text(p)]
+        same = content == "\n".join(t for t in texts if isinstance(t, str))
+        new = [] if same else [{"type": "text", "text": content}] if content else []
+        takes = _is_text
+    else:
+        same, new = False, list(content)
+        ids = args.keys()
+
+        def takes(part: Any) -> bool:
+            return not _is_thinking(part) and not _is_call_block(part, ids)
+
     out: list[Any] = []
     for part in original:
-        if _is_text(part):
-            out += [part] if same else new_text  # the new text in place of the first text block
-            new_text = []
-        elif _is_call_block(part, args.keys()) or (isinstance(part, dict) and part.get("type") in THINKING_BLOCKS):
+        if _is_call_block(part, args.keys()) or _is_thinking(part):
             out.append(_with_args(part, args))
-    return out + new_text  # no text block to put it in place of: after the others
+        elif takes(part):
+            out += [part] if same else new  # what the compaction left in place of the first such block
+            new = []
+    return out + new  # no block to put it in place of: after the others
 
 
 def _is_text(part: Any) -> bool:
@@ -249,11 +269,9 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
         update: dict[str, Any] = {"content": content}
         if isinstance(original, AIMessage):
             update["tool_calls"], update["invalid_tool_calls"] = _tool_calls(data, original)
-            if isinstance(original.content, list) and (
-                isinstance(content, str) or content == to_dict(original)["content"]
-            ):
+            if isinstance(original.content, list):
                 args = {call["id"]: call["args"] for call in update["tool_calls"]}
-                update["content"] = _ai_content(original.content, content, args)
+                update["content"] = _ai_content(original.content, content, to_dict(original)["content"], args)
         return original.model_copy(update=update)
     role = data.get("role")
     if role == "system":
