@@ -644,7 +644,7 @@ def test_the_images_a_function_returned_are_counted():
 def test_a_hosted_tools_items_are_counted():
     """A hosted tool's items go back to the model with every request: an MCP server's output, a
     shell's, count as their text; a screenshot or a generated image as one image, whatever the size
-    of its data; an earlier turn's reasoning, which providers leave out, and ids count nothing."""
+    of its data; reasoning as its summary; ids count nothing."""
     from progressive_compactor.messages import IMAGE_CHARS, char_count, message_from_dict
 
     output = "row of the table " * 500
@@ -656,7 +656,8 @@ def test_a_hosted_tools_items_are_counted():
     ]
     (_, turn) = to_dicts(items)
     counted = char_count(message_from_dict(turn))
-    assert len(output) + IMAGE_CHARS <= counted < len(output) + IMAGE_CHARS + 100
+    thought = len("thinking " * 400)
+    assert len(output) + IMAGE_CHARS + thought <= counted < len(output) + IMAGE_CHARS + thought + 100
     shell = [
         {"role": "user", "content": "run the tests"},
         {
@@ -697,3 +698,36 @@ def test_a_hosted_mcp_calls_output_makes_the_view_compact_in_time(make_compactor
     assert result.final_output == FINAL_ANSWER
     assert records[0].tokens_before >= 4 * len("table 0 row " * 1000) // 4
     assert records[0].tier is not CompactionTier.NONE
+
+
+def test_the_reasoning_a_view_sends_is_counted(make_compactor):
+    """Every reasoning item the input sends back is counted (its summary and its encrypted
+    content), whatever the turn: newer models keep an earlier turn's reasoning in context, and every
+    model reads that of the current tool loop."""
+
+    def reasoning(n: int) -> dict[str, Any]:
+        summary = [{"type": "summary_text", "text": f"Step {n}: " + "weigh the options. " * 400}]
+        return {"type": "reasoning", "id": f"rs_{n}", "summary": summary, "encrypted_content": "ZW5j" * 1000}
+
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "Where is the bug?"},
+        reasoning(1),
+        {"role": "assistant", "content": "In the lexer."},
+        {"role": "user", "content": "Fix it."},
+        reasoning(2),
+        {"type": "function_call", "call_id": "f1", "name": "patch", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f1", "output": "patched"},
+    ]
+    records: list[Any] = []
+    model = AnsweringModel()
+    run_filter = call_model_input_filter(
+        make_compactor(context_window=100_000), session_id="reasoning", on_record=records.append
+    )
+    config = RunConfig(call_model_input_filter=run_filter, tracing_disabled=True)
+    asyncio.run(Runner.run(Agent(name="a", model=model), items, run_config=config))
+    (sent,) = model.inputs
+    assert [x.get("id") for x in sent if x.get("type") == "reasoning"] == ["rs_1", "rs_2"]
+    chars = sum(
+        len(x["summary"][0]["text"]) + len(x["encrypted_content"]) for x in sent if x.get("type") == "reasoning"
+    )
+    assert records[0].tier is CompactionTier.NONE and records[0].tokens_after >= chars // 4

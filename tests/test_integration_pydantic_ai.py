@@ -724,3 +724,47 @@ def test_a_cache_friendly_summary_request_is_one_the_provider_takes(tmp_path):
     assert not any(r.fallback or r.errors for r in records), [r.errors for r in records]
     sent = fake.requests[-1].body["messages"]
     assert "[image]" in json.dumps(sent[0]) and "Fix the parser bug" in json.dumps(sent[0])
+
+
+def test_the_thinking_a_view_sends_is_counted(make_compactor):
+    """Every thinking part a view sends back is counted, whatever the turn: newer Claude models keep
+    an earlier turn's thinking in context, and every model reads that of the current tool loop. A
+    redacted thinking (its data in the signature) counts its data."""
+    from pydantic_ai.messages import ThinkingPart
+
+    thought = "Let me think about the parser. " * 300
+    earlier = ModelResponse(parts=[ThinkingPart(thought, signature="c2ln" * 50), TextPart("It is the lexer.")])
+    redacted = ModelResponse(
+        parts=[ThinkingPart("", id="redacted_thinking", signature="RW5j" * 2000), TextPart("Fixed.")]
+    )
+    history: list[Any] = [
+        ModelRequest(parts=[UserPromptPart("Where is the parser bug?")]),
+        earlier,
+        ModelRequest(parts=[UserPromptPart("Fix it.")]),
+        redacted,
+    ]
+    replies = iter(range(3))
+
+    def model(messages, info: AgentInfo) -> ModelResponse:
+        requests.append(list(messages))
+        i = next(replies, None)
+        if i is None:
+            return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
+        return ModelResponse(parts=[ThinkingPart(thought, signature="c2ln"), ToolCallPart("look", {"i": i}, f"l{i}")])
+
+    def look(i: int) -> str:
+        return f"file {i} is fine"
+
+    requests: list[list[Any]] = []
+    records: list[Any] = []
+    compactor = make_compactor(context_window=100_000)
+    agent = agent_with(FunctionModel(model), history_processor(compactor, session_id="t", on_record=records.append))
+    agent.tool_plain(look)
+    agent.run_sync("Look at the files.", message_history=history)
+    assert len(requests) == len(records) == 4
+    for messages, record in zip(requests, records, strict=True):
+        parts = [p for m in messages for p in m.parts]
+        sent = sum(len(text_of(p)) for p in parts)
+        sent += sum(len(p.content) + len(p.signature or "") for p in parts if isinstance(p, ThinkingPart))
+        assert sent // 4 <= record.tokens_after + 10, (sent // 4, record.tokens_after)
+    assert records[-1].tokens_after >= (4 * len(thought) + 8_000) // 4  # four turns' thinking, the redacted data

@@ -16,7 +16,8 @@ compacts them and converts the view back: user, system and developer messages; a
 (its reasoning items, its output message and its ``function_call`` items) becomes one assistant
 message with tool calls; each ``function_call_output`` a tool result. A hosted tool's call
 (``apply_patch_call``, ``computer_call``, ``mcp_call``, ...) is part of its turn, and so is its
-output, wherever it comes; both are counted (a screenshot as one image). The view keeps every
+output, wherever it comes; both are counted (a screenshot as one image), and so is every
+reasoning item, whatever its turn (``integrations.common`` says why). The view keeps every
 call next to its output: a call the input leaves unanswered gets a ``function_call_output``
 saying so, an output without its call becomes a user message. Items the compaction did not
 change are handed back as the very items of the input (reasoning items, ids and hosted-tool
@@ -183,16 +184,17 @@ def to_dicts(items: Sequence[Any], instructions: str | None = None) -> list[dict
     return out
 
 
-_NOT_COUNTED = frozenset({"reasoning", "compaction"})
-"""Items whose content providers leave out of what they count again (an earlier turn's
-reasoning) or that are opaque (a compaction's encrypted summary)."""
+_NOT_COUNTED = frozenset({"compaction"})
+"""Items that are opaque (a compaction's encrypted summary). Reasoning items are counted, their
+summary and encrypted content, whatever their turn (``integrations.common`` says why)."""
 _IMAGE_ITEMS = frozenset({"computer_call_output", "image_generation_call"})
 
 
 def _count_hosted(turn: dict[str, Any], data: dict[str, Any]) -> None:
-    """Count with ``turn`` what a hosted tool's item sends back: its texts (a shell's or an MCP
-    server's output, a search's results, the code it ran), one image for a screenshot or a
-    generated image, nothing for reasoning; ids and statuses are not text."""
+    """Count with ``turn`` what a hosted tool's or a reasoning item sends back: its texts (a
+    shell's or an MCP server's output, a search's results, the code it ran, the reasoning's
+    summary and encrypted content), one image for a screenshot or a generated image; ids and
+    statuses are not text."""
     kind = data.get("type")
     if kind in _NOT_COUNTED:
         return

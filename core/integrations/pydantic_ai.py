@@ -11,8 +11,8 @@ agent = Agent(model, history_processors=[history_processor(compactor)], tools=[.
 
 :func:`history_processor` returns a processor (``async_history_processor`` its async form)
 that converts ``ModelRequest`` / ``ModelResponse`` parts (system and user prompts, tool calls,
-tool returns, retry prompts and feedback; a built-in tool's calls and results are counted with
-their response) to chat dicts, compacts them and converts the view back. A
+tool returns, retry prompts and feedback; a response's thinking, whatever its turn, and a
+built-in tool's calls and results are counted with their response) to chat dicts, compacts them and converts the view back. A
 request's leading system prompts are one system message while compacting (each is handed back
 as it was), and the agent's ``instructions``, which Pydantic AI sends with every request, join
 it: they are counted, and left to Pydantic AI. A message
@@ -140,17 +140,19 @@ def response_dict(message: ModelResponse) -> dict[str, Any]:
 
 
 def _sent_besides(message: ModelResponse) -> list[Any]:
-    """What a response sends back besides its text and function calls, to be counted: a built-in
-    tool's call and results (a web search's, sent with every request), a provider's readable
-    compaction summary, an image the model made. Thinking is left out: providers drop an earlier
-    turn's thinking from what they count."""
+    """What a response sends back besides its text and function calls, to be counted: its
+    thinking, whatever the turn (``integrations.common`` says why; a redacted thinking's data is
+    its signature), a built-in tool's call and results (a web search's, sent with every request),
+    a provider's readable compaction summary, an image the model made."""
     out: list[Any] = []
     part: Any  # parts of kinds that vary with the Pydantic AI version: read by their methods
     for part in message.parts:
-        if isinstance(part, (TextPart, ToolCallPart)) or getattr(part, "part_kind", None) == "thinking":
+        if isinstance(part, (TextPart, ToolCallPart)):
             continue
         content = getattr(part, "content", None)
-        if hasattr(part, "args_as_json_str"):
+        if getattr(part, "part_kind", None) == "thinking":
+            out.append({"type": "thinking", "thinking": content or "", "signature": part.signature or ""})
+        elif hasattr(part, "args_as_json_str"):
             out.append(part.tool_name + part.args_as_json_str())
         elif hasattr(part, "model_response_str"):
             out.append(part.model_response_str())
