@@ -18,15 +18,15 @@ the view, and turns the view back into the framework's messages. This module doe
 (:data:`THINKING`), whatever turn it belongs to, and sends none it did not count. Providers differ,
 and by model: the thinking of the current tool loop (the assistant turns since the last user
 message that is not a tool result) is always read and counted as input; an earlier turn's is
-dropped by some models (Claude models before Opus 4.5 and Sonnet 4.6; OpenAI's o3 and o4-mini)
-and kept in context and counted by others (newer Claude models; newer OpenAI models, as their
+dropped by some models (Claude models before Opus 4.5 and Sonnet 4.6; OpenAI's o3 and o4-mini) and
+kept in context and counted by others (newer Claude models; newer OpenAI models, as their
 ``reasoning.context`` says). The integration cannot tell which, so it counts it all: an overcount
 only compacts a little early (and the usage the provider reports corrects the session's later
-counts), an undercount overflows the window. The thinking of a message whose text the compaction cut stays with it
-(Anthropic wants the thinking of the turn's tool calls back, signature intact), so it is counted
-apart from the text (:data:`~progressive_compactor.messages.COUNTED_KEY`), where no cut drops it.
-Reasoning that only the provider holds (an item sent back by its id alone) cannot be counted
-here; the reported usage anchors it.
+counts), an undercount overflows the window. The thinking of a message whose text the compaction
+cut stays with it (Anthropic wants the thinking of the turn's tool calls back, signature intact),
+so it is counted apart from the text (:data:`~progressive_compactor.messages.COUNTED_KEY`), where
+no cut drops it. Reasoning that only the provider holds (an item sent back by its id alone) cannot
+be counted here; the reported usage anchors it.
 
 Every dict the integrations build carries the framework's own message under :data:`SOURCE`: the
 compactor gives unchanged messages back as the very dicts it was given, so the integration gives

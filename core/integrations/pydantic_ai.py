@@ -12,11 +12,11 @@ agent = Agent(model, history_processors=[history_processor(compactor)], tools=[.
 :func:`history_processor` returns a processor (``async_history_processor`` its async form)
 that converts ``ModelRequest`` / ``ModelResponse`` parts (system and user prompts, tool calls,
 tool returns, retry prompts and feedback; a response's thinking, whatever its turn, and a
-built-in tool's calls and results are counted with their response) to chat dicts, compacts them and converts the view back. A
-request's leading system prompts are one system message while compacting (each is handed back
-as it was), and the agent's ``instructions``, which Pydantic AI sends with every request, join
-it: they are counted, and left to Pydantic AI. A message
-the compaction did not change is handed back as the very object it was; a changed one is a copy
+built-in tool's calls and results are counted with their response) to chat dicts, compacts them
+and converts the view back. A request's leading system prompts are one system message while
+compacting (each is handed back as it was), and the agent's ``instructions``, which Pydantic AI
+sends with every request, join it: they are counted, and left to Pydantic AI. A message the
+compaction did not change is handed back as the very object it was; a changed one is a copy
 of the original with the new content (its other parts, ``instructions`` and metadata kept); the
 compaction message is a ``UserPromptPart`` (``compaction_role="system"``: a
 ``SystemPromptPart``). Before the view is handed over it is checked: every tool call answered by
