@@ -300,6 +300,12 @@ class TierRunner:
                 break
         work.fallback_view = result
         work.preserved = len(kept)
+        window = self.config.context_window
+        tokens = self.view_tokens(cache, work)
+        if tokens > window:  # what must stay (system, request, headers, markers) is over it alone
+            work.errors.append(
+                f"the view cannot fit the context window: {tokens} tokens for a window of {window}, even truncated"
+            )
         if cut is not None:
             cut = min(dropped, work.stable)  # what the message covers (the view may keep some of it)
             work.state = state

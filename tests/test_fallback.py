@@ -377,3 +377,43 @@ def test_a_system_prompt_over_the_budget_leaves_the_user_request_its_share():
     for kept, original in ((out[1], request), (out[2], summary)):
         assert ESTIMATE([kept])[0] >= share - 50 and text_of(kept)[:40] == text_of(original)[:40]
     assert MARKER.strip() in text_of(out[0]) and text_of(out[0]).startswith("You are careful.")
+
+
+# --- a window too small for what must stay --------------------------------------------------------
+
+
+def compact_three_ways(compactor, history):
+    """``compact``, ``acompact`` and ``compact_force``, each in a session of its own: (view, record)."""
+    views = [
+        compactor.compact(history, "sync"),
+        asyncio.run(compactor.acompact(history, "async")),
+        compactor.compact_force(history, "forced"),
+    ]
+    return [(view, compactor.records(sid)[-1]) for view, sid in zip(views, ("sync", "async", "forced"), strict=True)]
+
+
+def test_a_system_prompt_larger_than_the_window_is_cut_to_fit_it(make_compactor):
+    """The system message alone is twice the window: the view is cut to the window, the request in it."""
+    history = build_history([300] * 4, system="You are careful. " * 480, request="Fix the bug in parser.py.")
+    compactor = make_compactor("default", context_window=1000)
+    for view, record in compact_three_ways(compactor, history):
+        assert record.tier is CompactionTier.EMERGENCY and record.errors == (EMERGENCY_ERROR,)
+        assert problems(view) == [] and estimate(view) <= 1000
+        assert view[0]["content"].startswith("You are careful.") and MARKER.strip() in view[0]["content"]
+        assert "Fix the bug in parser.py." in [m["content"] for m in view]
+
+
+def test_a_view_that_cannot_fit_the_window_says_so_in_the_record(make_compactor):
+    """A window of ten tokens: the compaction message's header, the truncation marker and the
+    request of a few words are more than that. The view is still valid and the request in it,
+    and the record says the view is over the window rather than report a clean truncation."""
+    history = build_history([300] * 4, system="S" * 100, request="Fix the bug in parser.py.")
+    compactor = make_compactor("default", context_window=10)
+    for view, record in compact_three_ways(compactor, history):
+        assert problems(view) == [] and estimate(view) > 10
+        assert "Fix the bug in parser.py." in [m["content"] for m in view]
+        assert record.errors == (
+            EMERGENCY_ERROR,
+            f"the view cannot fit the context window: {estimate(view)} tokens for a window of 10, even truncated",
+        )
+        assert record.tokens_after == estimate(view)
