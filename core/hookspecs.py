@@ -207,7 +207,8 @@ def fallback_compact(
     cannot be disabled. Stops at the first non-None result.
 
     :param messages: the system and compaction messages, then every uncovered message.
-    :param pinned: ``messages[:pinned]`` must be kept (shortened only if they alone are over).
+    :param pinned: ``messages[:pinned]`` must be kept (shortened only if they alone are over the
+        budget, and then only as far as ``limit`` demands).
     :param budget: tokens the result should take.
     :param estimate: the token count of each message, as the core counts them.
     :param limit: tokens the result may never exceed (the context window): the newest exchange

@@ -5,12 +5,14 @@ groups (a message with the tool results that answer it) from the newest back whi
 budget. The newest exchange is what the model must answer, so it stays whenever it fits the
 window: shortened if need be (its results, then its tool-call arguments, head and tail kept, with
 a marker) to the budget's room or half of what the window has left, whichever is more, and
-further only if the window demands it. When the pinned messages alone are over the budget they
-are shortened too: the user's pinned request and the compaction message share what the system
-message leaves (the shorter stays whole, the longer are cut to the same size), then the compaction
-message first, the system message last, but each of the two keeps an eighth of the budget (or all
-of itself) while the system message can be cut instead: a long system prompt at a small window
-never takes the user's request out of the view. A line that names an offloaded result's handle, and a
+further only if the window demands it. The budget is a target, the window the limit: when the
+pinned messages alone are over the budget they are shortened, but only as far as the window
+demands once the newest exchange has twice its size beside them, and never below the budget. The
+user's pinned request and the compaction message share what the system message leaves of that
+room (the shorter stays whole, the longer are cut to the same size), then the compaction message
+is cut first, the system message last, but each of the two keeps an eighth of the room (or all of
+itself) while the system message can be cut instead: a long system prompt at a small window never
+takes the user's request out of the view. A line that names an offloaded result's handle, and a
 bracketed first line such as ``[Context Compaction]``, is never cut. The result never separates a
 tool call from its results.
 """
@@ -36,7 +38,8 @@ Estimate = Callable[[Sequence[Message]], list[int]]
 MARKER = "\n[... truncated to fit the context window ...]\n"
 PINNED_SHARE = 8
 """The user's pinned request and the compaction message each keep ``1/PINNED_SHARE`` of the
-budget (or all of themselves, when shorter) while the system message can be cut instead."""
+pinned messages' room (or all of themselves, when shorter) while the system message can be cut
+instead."""
 
 
 def groups(messages: Sequence[Message]) -> list[list[Message]]:
@@ -129,10 +132,15 @@ class TokenBudgetFallback:
     ) -> list[Message]:
         head = list(messages[:pinned])
         head_counts = estimate(head)
-        if sum(head_counts) > budget:
-            head = self._fit_pinned(head, head_counts, budget, estimate)
-        used = sum(estimate(head))
         older = groups(messages[pinned:])
+        # The budget is a target, the window the limit: pinned messages over the budget are cut
+        # only as far as the window demands once the newest exchange has its room (twice its
+        # size: it may take half of what the window leaves), never below the budget.
+        newest_tokens = sum(estimate(older[-1])) if older else 0
+        target = max(budget, limit - 2 * newest_tokens)
+        if sum(head_counts) > target:
+            head = self._fit_pinned(head, head_counts, target, estimate)
+        used = sum(estimate(head))
         kept: list[list[Message]] = []
         if older:
             newest = older.pop()

@@ -417,3 +417,43 @@ def test_a_view_that_cannot_fit_the_window_says_so_in_the_record(make_compactor)
             f"the view cannot fit the context window: {estimate(view)} tokens for a window of 10, even truncated",
         )
         assert record.tokens_after == estimate(view)
+
+
+# --- pinned messages over the budget, within the window -----------------------------------------
+
+
+def test_pinned_messages_over_the_budget_stay_whole_when_the_window_has_room():
+    """The budget is what truncation aims at, the window the limit: the request and the summary
+    were cut to the budget though the window had room for them and the newest exchange."""
+    system = Message(role="system", content="S" * 1600)  # 400 tokens
+    request = Message(role="user", content="Port the parser to Rust. " + "Keep every old behaviour. " * 80)
+    summary = Message(role="user", content="[Context Compaction]\n## User Intent\n" + "C" * 1200)
+    newest = messages_from_dicts(build_history([400], system=None))[-2:]
+    messages = [system, request, summary, *newest]
+    assert 1000 < total(messages[:3]) and total(messages) < 2000
+    out = fallback(messages, 3, budget=1000, limit=2000)
+    assert out == messages
+
+
+def test_pinned_messages_are_cut_only_as_far_as_the_window_demands():
+    """Over the window with the newest exchange: the pinned messages give way down to the window's
+    room (twice the newest exchange kept for it), not down to the budget."""
+    system = Message(role="system", content="S" * 4000)  # 1,000 tokens
+    request = Message(role="user", content="Fix the bug in parser.py. " + "R" * 2000)
+    summary = Message(role="user", content="[Context Compaction]\n" + "C" * 2000)
+    newest = messages_from_dicts(build_history([400], system=None))[-2:]  # 138 tokens
+    out = fallback([system, request, summary, *newest], 3, budget=1000, limit=1800)
+    assert out[3:] == newest and view_problems(out) == []
+    assert 1000 < total(out[:3]) <= 1800 - 2 * total(newest)
+    assert text_of(out[1]).startswith("Fix the bug in parser.py.")
+
+
+def test_a_system_prompt_over_the_budget_is_not_cut_when_the_window_has_room(make_compactor):
+    system = "You are careful. Run the tests before you answer. " * 140  # 1,750 tokens
+    history = build_history([300] * 6, system=system, request="Fix the bug in parser.py.")
+    compactor = make_compactor("default", context_window=3000)  # a budget of 1,500 tokens
+    for view, record in compact_three_ways(compactor, history):
+        assert record.errors == (EMERGENCY_ERROR,) and problems(view) == []
+        assert view[0]["content"] == system and view[1]["content"] == "Fix the bug in parser.py."
+        assert view[-1] == history[-1] and estimate(view) <= 3000
+        assert MARKER.strip() not in compaction_message(view)["content"]
