@@ -198,7 +198,8 @@ def fallback_compact(
     """Truncate ``messages`` to at most ``budget`` tokens without any LLM call.
 
     Keep the newest exchange (the last message and the tool results that answer it) whenever it
-    fits ``limit``, shortened if need be: it is what the model must answer. Keep the messages you
+    fits ``limit``, shortened if need be: it is what the model must answer; when it cannot fit,
+    keep no older one in its place. Keep the messages you
     keep as the same objects (the core matches what was dropped by position from the end);
     shorten a message's content only when nothing else fits, and never cut a line that names an
     offloaded result's handle. The result must be a valid chat history: no tool call separated

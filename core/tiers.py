@@ -300,6 +300,11 @@ class TierRunner:
                 break
         work.fallback_view = result
         work.preserved = len(kept)
+        if work.uncovered and not kept:
+            newest = len(work.uncovered) - group_start(work.uncovered, len(work.uncovered) - 1)
+            work.errors.append(
+                f"the newest exchange ({newest} messages) cannot fit the context window even shortened: dropped"
+            )
         window = self.config.context_window
         tokens = self.view_tokens(cache, work)
         if tokens > window:  # what must stay (system, request, headers, markers) is over it alone
@@ -451,7 +456,9 @@ class TierRunner:
             try:
                 entry = self.hooks.offload(result, work.session_id, threshold)
             except Exception as exc:  # noqa: BLE001 - keep the original, note the error
-                work.errors.append(f"offload of {result.tool_call_id} failed: {type(exc).__name__}: {exc}")
+                error = f"offload of {result.tool_call_id} failed: {type(exc).__name__}: {exc}"
+                if error not in work.errors:  # tried again by a later step of the turn: said once
+                    work.errors.append(error)
                 continue
             if entry is None:
                 continue

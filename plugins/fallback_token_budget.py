@@ -5,7 +5,8 @@ groups (a message with the tool results that answer it) from the newest back whi
 budget. The newest exchange is what the model must answer, so it stays whenever it fits the
 window: shortened if need be (its results, then its tool-call arguments, head and tail kept, with
 a marker) to the budget's room or half of what the window has left, whichever is more, and
-further only if the window demands it. The budget is a target, the window the limit: when the
+further only if the window demands it; when even its bare structure is over the window, no older
+exchange is kept in its place. The budget is a target, the window the limit: when the
 pinned messages alone are over the budget they are shortened, but only as far as the window
 demands once the newest exchange has twice its size beside them, and never below the budget. The
 user's pinned request and the compaction message share what the system message leaves of that
@@ -148,9 +149,10 @@ class TokenBudgetFallback:
             # left if that is more; it is cut further only if the window demands it.
             room = max(budget - used, (limit - used) // 2)
             fitted = fit_group(newest, room, estimate) or fit_group(newest, limit - used, estimate)
-            if fitted is not None:
-                kept.append(fitted)
-                used += sum(estimate(fitted))
+            if fitted is None:  # older exchanges alone would pass for the newest: none is kept
+                return head
+            kept.append(fitted)
+            used += sum(estimate(fitted))
         for group in reversed(older):
             size = sum(estimate(group))
             if used + size > budget:

@@ -414,6 +414,7 @@ def test_a_view_that_cannot_fit_the_window_says_so_in_the_record(make_compactor)
         assert "Fix the bug in parser.py." in [m["content"] for m in view]
         assert record.errors == (
             EMERGENCY_ERROR,
+            "the newest exchange (2 messages) cannot fit the context window even shortened: dropped",
             f"the view cannot fit the context window: {estimate(view)} tokens for a window of 10, even truncated",
         )
         assert record.tokens_after == estimate(view)
@@ -457,3 +458,45 @@ def test_a_system_prompt_over_the_budget_is_not_cut_when_the_window_has_room(mak
         assert view[0]["content"] == system and view[1]["content"] == "Fix the bug in parser.py."
         assert view[-1] == history[-1] and estimate(view) <= 3000
         assert MARKER.strip() not in compaction_message(view)["content"]
+
+
+# --- what cannot be kept ----------------------------------------------------------------------------
+
+
+def test_a_tool_result_larger_than_the_window_that_cannot_be_offloaded_is_cut_to_fit(make_compactor, tmp_path):
+    """The offloader fails (its root is a file): the result of 200,000 characters stays in the
+    view, cut with the marker to fit the window, and the record names the failure once (it was
+    there as often as the turn tried to offload it)."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the offload root should be")
+    history = build_history([300, 300, 200_000], request="Fix the bug in parser.py.")
+    compactor = make_compactor({"offload-files": {"root": str(blocker)}}, context_window=2000)
+    for view, record in compact_three_ways(compactor, history):
+        assert problems(view) == [] and estimate(view) <= 2000
+        assert view[-1]["tool_call_id"] == "call_2" and MARKER.strip() in view[-1]["content"]
+        assert any("Fix the bug in parser.py." in m["content"] for m in view)
+        failed = [e for e in record.errors if e.startswith("offload of call_2 failed: OffloadError: ")]
+        assert len(failed) == 1 and EMERGENCY_ERROR in record.errors
+
+
+def parallel_calls(count: int) -> list[dict]:
+    calls = [tool_call(f"p{i}", f"cat src/module_{i}.py") for i in range(count)]
+    results = [{"role": "tool", "tool_call_id": f"p{i}", "content": filler(2000, str(i))} for i in range(count)]
+    return [{"role": "assistant", "content": None, "tool_calls": calls}, *results]
+
+
+def test_a_newest_exchange_that_cannot_fit_even_shortened_is_dropped_with_a_note(make_compactor):
+    """Three hundred parallel calls: their ids and truncation markers alone are over the window.
+    The older exchange was kept in their place, the view ending as if it were the newest, and the
+    dropped calls were neither in the view nor in the summary, the record silent."""
+    history = build_history([300], request="Fix the bug in parser.py.") + parallel_calls(300)
+    compactor = make_compactor("default", context_window=2000)
+    for view, record in compact_three_ways(compactor, history):
+        assert problems(view) == [] and estimate(view) <= 2000
+        assert not any(m["role"] in ("assistant", "tool") for m in view)
+        assert "Fix the bug in parser.py." in [m["content"] for m in view]
+        assert "The first 3 messages" in compaction_message(view)["content"]  # the older exchange
+        assert record.errors == (
+            EMERGENCY_ERROR,
+            "the newest exchange (301 messages) cannot fit the context window even shortened: dropped",
+        )
