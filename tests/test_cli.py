@@ -263,7 +263,7 @@ def test_compact_says_what_failed_on_stderr_and_still_writes_the_whole_view(tmp_
     data = tmp_path / "data"
     data.mkdir()
     (data / "tool_results").write_text("", "utf-8")  # offloads cannot be written: a file where their folder goes
-    cfg = write_config(data, tool_result_threshold=500)
+    cfg = write_config(data, tool_result_threshold=500, offload_threshold=2000)  # every result: more than 5 errors
     result = run("compact", session, "-c", cfg, "-o", tmp_path / "view.jsonl")
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
