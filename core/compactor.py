@@ -333,7 +333,7 @@ class ProgressiveCompactor:
             view = cache.unchanged_view(recent)
             return cache, view, None, work, tier, requested, tokens_before, tokens_before, msgs_before, repairs
 
-        if requested is CompactionTier.NONE:
+        if requested is CompactionTier.NONE and tokens <= window:  # else the tiers keep to the window
             return unchanged(requested)
         work.uncovered = cache.uncovered + recent.messages
         counts = cache.uncovered_counts + recent.counts

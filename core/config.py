@@ -130,6 +130,10 @@ class CompactorConfig:
     enter the history."""
     fallback_budget: float = 0.5
     """Emergency truncation keeps the view under this share of the context window."""
+    enforce_window: bool = True
+    """Escalate to Emergency whenever a view would be over the context window, whatever the policy
+    or a tier answered: a provider refuses such a view. ``False`` sends what the policy decided
+    even over the window (the no-compaction baseline, ``baseline-none``, counts overflows so)."""
     max_summary_tokens: int = 2000
     summary_share: float = 0.1
     """The summary (the user's request aside) stays under this share of the window, and under

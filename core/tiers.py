@@ -132,8 +132,14 @@ class TierRunner:
     def run(
         self, cache: SessionCache, work: TurnWork, tier: CompactionTier, tokens: int
     ) -> Generator[SummaryRequest, Summarized, CompactionTier]:
-        """Carry out ``tier``, escalating (Full, then Emergency) when the loop guard says so."""
+        """Carry out ``tier``, escalating (Full, then Emergency) when the loop guard says so, and to
+        Emergency when what a tier leaves (None included: the policy's answer) is over the window,
+        whatever the policy says: the provider refuses such a view."""
         window = self.config.context_window
+        if tier is CompactionTier.NONE:  # asked with a view over the window
+            tier = self._over_the_window(work, tier, tokens)
+            if tier is CompactionTier.NONE:
+                return tier
         while True:
             tail_start = self._tail_start(work)
             tier_input = TierInput(
@@ -148,7 +154,10 @@ class TierRunner:
             plan = self.hooks.apply_tier(tier_input, work.context)
             if plan is None:
                 if tier is not CompactionTier.EMERGENCY:
-                    return tier
+                    tier = self._over_the_window(work, tier, self.view_tokens(cache, work))
+                    if tier is not CompactionTier.EMERGENCY:
+                        return tier
+                    continue
                 plan = TierPlan(offload=True, offload_tail=True, fallback=True)
             if plan.rewrite is not None:
                 rewritten = list(plan.rewrite(list(work.uncovered)))
@@ -182,16 +191,34 @@ class TierRunner:
                 if failure:
                     work.escalations.append(failure)
                 work.preserved = len(work.uncovered)
-            if tier < CompactionTier.SOFT:
-                return tier
             tokens = self.view_tokens(cache, work)
+            if tier < CompactionTier.SOFT:
+                tier = self._over_the_window(work, tier, tokens)
+                if tier is not CompactionTier.EMERGENCY:
+                    return tier
+                continue
             recheck = attrs.evolve(work.context, after_compaction=True)
             if self.hooks.determine_tier(tokens, window, recheck) < CompactionTier.SOFT:
-                return tier
+                tier = self._over_the_window(work, tier, tokens)
+                if tier is not CompactionTier.EMERGENCY:
+                    return tier
+                continue
             work.escalations.append(
                 f"loop guard: {tier.label} left the view at {tokens / window:.0%} of the window; escalating"
             )
             tier = CompactionTier(tier + 1)
+
+    def _over_the_window(self, work: TurnWork, tier: CompactionTier, tokens: int) -> CompactionTier:
+        """``tier`` when the view it leaves (``tokens``) fits the window, else Emergency, said in
+        the record's escalations."""
+        window = self.config.context_window
+        if tokens <= window or not self.config.enforce_window:
+            return tier
+        what = "the policy asked for no compaction with" if tier is CompactionTier.NONE else f"{tier.label} left"
+        work.escalations.append(
+            f"{what} the view over the context window ({tokens / window:.0%}); escalating to Emergency"
+        )
+        return CompactionTier.EMERGENCY
 
     def _summarize(
         self, cache: SessionCache, work: TurnWork, tier: CompactionTier, count: int

@@ -500,3 +500,67 @@ def test_a_newest_exchange_that_cannot_fit_even_shortened_is_dropped_with_a_note
             EMERGENCY_ERROR,
             "the newest exchange (301 messages) cannot fit the context window even shortened: dropped",
         )
+
+
+# --- the window is a limit, whatever the plugins answer ------------------------------------------
+
+
+class AsksAtMost:
+    """A third-party policy that never asks for more than ``tier``, whatever the view's size."""
+
+    def __init__(self, tier):
+        self.tier = tier
+
+    @hookimpl(tryfirst=True)
+    def determine_tier(self, ratio, tokens, context_window, turn):
+        return self.tier
+
+
+@pytest.mark.parametrize(
+    "tier, plugins",
+    [
+        (CompactionTier.NONE, {}),
+        (CompactionTier.WARN, {}),
+        (CompactionTier.SOFT, {"tier_soft": "none"}),
+        (CompactionTier.SOFT, {}),
+    ],
+    ids=["policy-says-none", "policy-says-warn", "no-soft-tier", "policy-says-soft"],
+)
+def test_the_window_is_a_limit_whatever_the_policy_and_the_tiers_answer(make_compactor, tier, plugins):
+    """A view over the window is refused by the provider: a policy that asks too little (or a
+    tier role left empty) ends in the Emergency truncation, and the record says why."""
+    history = build_history([3000] * 10)
+    window = window_for(history, 1.9)
+    compactor = make_compactor(context_window=window, plugins=plugins, extra_plugins=[("lax", AsksAtMost(tier))])
+    results = compact_three_ways(compactor, history)
+    for view, record in results:
+        assert problems(view) == []
+        assert estimate(view) <= window
+        assert record.tier is CompactionTier.EMERGENCY
+        assert record.tokens_after <= window
+    if tier is not CompactionTier.SOFT or plugins:  # (Soft asked again by the loop guard escalates as ever)
+        for _, record in results[:2]:  # compact_force asks no policy
+            assert any("over the context window" in e for e in record.escalations), record.escalations
+
+
+def test_a_policy_that_asks_too_little_within_the_window_is_obeyed(make_compactor):
+    """Only the window overrules a policy: at 90 % of it, a policy that says None is obeyed."""
+    history = build_history([3000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 0.9), extra_plugins=[("lax", AsksAtMost(CompactionTier.NONE))]
+    )
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.NONE and view == history
+
+
+def test_enforce_window_false_sends_what_the_policy_decided(make_compactor):
+    """The no-compaction baseline counts overflows: with ``enforce_window: false`` a view over the
+    window leaves as the policy decided, and nothing is escalated."""
+    history = build_history([3000] * 10)
+    compactor = make_compactor(
+        context_window=window_for(history, 1.9),
+        enforce_window=False,
+        extra_plugins=[("lax", AsksAtMost(CompactionTier.NONE))],
+    )
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.NONE and record.escalations == () and view == history
