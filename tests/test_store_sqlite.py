@@ -131,8 +131,9 @@ def test_a_connection_whose_rollback_failed_is_closed(backend):
             sqlite3.SQLITE_DENY if (action, name) == (sqlite3.SQLITE_TRANSACTION, "ROLLBACK") else sqlite3.SQLITE_OK
         )
     )
-    with pytest.raises(StorageError):
+    with pytest.raises(StorageError) as failed:
         database.offload("s", "call-1", ("s/call-1",), "0" * 64, object(), 1)  # no value SQLite can store
+    assert "not supported" in str(failed.value) and "not authorized" not in str(failed.value)  # the cause, said
     with pytest.raises(sqlite3.ProgrammingError, match="closed"):
         conn.execute("SELECT 1")
     other = sqlite3.connect(backend.tmp_path / "compactor.sqlite3", timeout=0, isolation_level=None)
@@ -142,6 +143,30 @@ def test_a_connection_whose_rollback_failed_is_closed(backend):
     finally:
         other.close()
     assert database.offload("s", "call-1", ("s/call-1",), "0" * 64, b"text", 4) == "s/call-1"
+
+
+def test_a_migration_that_cannot_roll_back_says_why_it_failed(backend, monkeypatch):
+    """A database of a newer schema is refused with that reason, even where SQLite refuses to roll
+    back the migration's transaction: the rollback's failure does not take the reason's place."""
+    path = backend.tmp_path / "compactor.sqlite3"
+    newer = sqlite3.connect(path)
+    newer.execute(f"PRAGMA user_version = {sqlite_backend.SCHEMA_VERSION + 1}")
+    newer.close()
+    database = backend.compactor().pm.get_plugin("offload-sqlite").db
+    connect = sqlite3.connect
+
+    def refusing_rollback(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_authorizer(
+            lambda action, name, *_: (
+                sqlite3.SQLITE_DENY if (action, name) == (sqlite3.SQLITE_TRANSACTION, "ROLLBACK") else sqlite3.SQLITE_OK
+            )
+        )
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", refusing_rollback)
+    with pytest.raises(StorageError, match="newer than this release knows"):
+        database.sessions("offloads")
 
 
 def test_a_write_lock_held_too_long_fails_open_and_the_next_turn_recovers(backend):

@@ -220,6 +220,8 @@ class SqliteDatabase:
                 time.sleep(0.01)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
+        import sqlite3
+
         if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return
         conn.execute("BEGIN IMMEDIATE")
@@ -237,7 +239,10 @@ class SqliteDatabase:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:  # the caller closes the connection (SQLite rolls back): the cause is said
+                pass
             raise
 
     def _run(self, work: Callable[[sqlite3.Connection], T], transaction: bool = False, writes: bool = False) -> T:
@@ -262,20 +267,27 @@ class SqliteDatabase:
                 try:
                     result = work(conn)
                 except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
+                    self._roll_back(conn)  # the error said is the one that made it roll back
                     raise
                 conn.execute("COMMIT")
                 return result
             except sqlite3.Error as exc:
-                if self._conn is not None and self._conn.in_transaction:
-                    try:
-                        self._conn.execute("ROLLBACK")
-                    except sqlite3.Error:  # closed, so its write lock goes with it; the next call opens another
-                        self._drop()
+                if self._conn is not None:
+                    self._roll_back(self._conn)
                 if writes and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                     _LOCKED[str(self.path)] = (time.monotonic() + min(self.timeout, LOCKED_PAUSE), str(exc))
                 fail(where, exc, self.secrets)
+
+    def _roll_back(self, conn: sqlite3.Connection) -> None:
+        """Roll back ``conn``'s transaction, if it is in one; when that fails, close it (SQLite rolls
+        back, and its write lock goes with it; the next call opens another)."""
+        import sqlite3
+
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                self._drop()
 
     def _drop(self) -> None:
         """Close this process's connection (a transaction it holds is rolled back by SQLite)."""
