@@ -195,17 +195,17 @@ def fallback_compact(
     estimate: Callable[[Sequence[Message]], list[int]],
     limit: int,
 ) -> list[Message] | None:
-    """Truncate ``messages`` to at most ``budget`` tokens without any LLM call.
+    """Truncate ``messages`` without any LLM call: to ``budget`` tokens where that is possible,
+    never past ``limit`` (the window) where that is.
 
     Keep the newest exchange (the last message and the tool results that answer it) whenever it
     fits ``limit``, shortened if need be: it is what the model must answer; when it cannot fit,
-    keep no older one in its place. Keep the messages you
-    keep as the same objects (the core matches what was dropped by position from the end);
-    shorten a message's content only when nothing else fits, and never cut a line that names an
-    offloaded result's handle. The result must be a valid chat history: no tool call separated
-    from its results. Called at Emergency, when the
-    summarizer fails, and by ``compact_force``. Essential: the default ``fallback-token-budget``
-    cannot be disabled. Stops at the first non-None result.
+    keep no older one in its place. Keep the messages you keep as the same objects (the core
+    matches what was dropped by position from the end); shorten a message's content only when
+    nothing else fits, and never cut a line that names an offloaded result's handle. The result
+    must be a valid chat history: no tool call separated from its results. Called at Emergency,
+    when the summarizer fails, and by ``compact_force``. Essential: the default
+    ``fallback-token-budget`` cannot be disabled. Stops at the first non-None result.
 
     :param messages: the system and compaction messages, then every uncovered message.
     :param pinned: ``messages[:pinned]`` must be kept (shortened only if they alone are over the
