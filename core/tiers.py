@@ -192,13 +192,7 @@ class TierRunner:
                     work.escalations.append(failure)
                 work.preserved = len(work.uncovered)
             tokens = self.view_tokens(cache, work)
-            if tier < CompactionTier.SOFT:
-                tier = self._over_the_window(work, tier, tokens)
-                if tier is not CompactionTier.EMERGENCY:
-                    return tier
-                continue
-            recheck = attrs.evolve(work.context, after_compaction=True)
-            if self.hooks.determine_tier(tokens, window, recheck) < CompactionTier.SOFT:
+            if tier < CompactionTier.SOFT or self._asked_again(tokens, work) < CompactionTier.SOFT:
                 tier = self._over_the_window(work, tier, tokens)
                 if tier is not CompactionTier.EMERGENCY:
                     return tier
@@ -207,6 +201,11 @@ class TierRunner:
                 f"loop guard: {tier.label} left the view at {tokens / window:.0%} of the window; escalating"
             )
             tier = CompactionTier(tier + 1)
+
+    def _asked_again(self, tokens: int, work: TurnWork) -> CompactionTier:
+        """The policy's tier for the view a compaction left (the loop guard's question)."""
+        recheck = attrs.evolve(work.context, after_compaction=True)
+        return self.hooks.determine_tier(tokens, self.config.context_window, recheck)
 
     def _over_the_window(self, work: TurnWork, tier: CompactionTier, tokens: int) -> CompactionTier:
         """``tier`` when the view it leaves (``tokens``) fits the window, else Emergency, said in
