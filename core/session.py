@@ -19,7 +19,6 @@ keep every summary in memory. Every record is also given to the record store
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Iterable, Mapping
 
 from .compactor import ProgressiveCompactor
@@ -44,7 +43,9 @@ class _SessionBase:
         self.compactor = compactor
         self.session_id = compactor._session_id(session_id)  # None: the compactor's; "" is refused
         self.history: list[dict[str, Any]] = []
-        self.records: deque[CompactionRecord] = deque(maxlen=keep_records)  # the newest, oldest first
+        self.keep_records = keep_records
+        self.records: list[CompactionRecord] = []
+        """The newest records, oldest first (a list: slices work)."""
 
     def append(self, *messages: Mapping[str, Any]) -> None:
         """Add messages to the history; each is checked first (a bad one adds none of them), none
@@ -79,6 +80,12 @@ class _SessionBase:
     def last_record(self) -> CompactionRecord | None:
         return self.records[-1] if self.records else None
 
+    def _keep(self, record: CompactionRecord) -> None:
+        """Add ``record``, the oldest dropped beyond ``keep_records``."""
+        self.records.append(record)
+        if self.keep_records is not None and len(self.records) > self.keep_records:
+            del self.records[: len(self.records) - self.keep_records]
+
     def delete(self) -> list[str]:
         """Delete the session everywhere (offloads, records, state); returns the errors, if any."""
         self.history.clear()
@@ -90,23 +97,23 @@ class Session(_SessionBase):
     def view(self) -> list[dict[str, Any]]:
         """The compacted view to send to the LLM for the next turn."""
         view, record = self.compactor.compact_with_record(self.history, self.session_id)
-        self.records.append(record)
+        self._keep(record)
         return view
 
     def compact_now(self) -> list[dict[str, Any]]:
         """A manual ``/compact``: force the Emergency tier (its record is the last one)."""
         view, record = self.compactor._run_sync(self.history, self.session_id, force=True)
-        self.records.append(record)
+        self._keep(record)
         return view
 
 
 class AsyncSession(_SessionBase):
     async def view(self) -> list[dict[str, Any]]:
         view, record = await self.compactor.acompact_with_record(self.history, self.session_id)
-        self.records.append(record)
+        self._keep(record)
         return view
 
     async def compact_now(self) -> list[dict[str, Any]]:
         view, record = await self.compactor._run_async(self.history, self.session_id, force=True)
-        self.records.append(record)
+        self._keep(record)
         return view

@@ -222,9 +222,18 @@ def test_a_session_keeps_only_its_newest_records(make_compactor):
     session = Session(make_compactor(), "s1", keep_records=3)
     session.append({"role": "user", "content": "hello"})
     records = [(session.view(), session.last_record)[1] for _ in range(5)]
-    assert list(session.records) == records[-3:] and session.last_record is records[-1]
-    assert Session(make_compactor(), "s2").records.maxlen == 100  # bounded unless asked otherwise
-    assert Session(make_compactor(), "s3", keep_records=None).records.maxlen is None
+    assert session.records == records[-3:] and session.last_record is records[-1]
+    assert session.records[-2:] == records[-2:]  # a list: slices work
+    default = Session(make_compactor(), "s2")
+    default.append({"role": "user", "content": "hello"})
+    for _ in range(102):
+        default.view()
+    assert len(default.records) == 100  # bounded unless asked otherwise
+    every = Session(make_compactor(), "s3", keep_records=None)
+    every.append({"role": "user", "content": "hello"})
+    for _ in range(102):
+        every.view()
+    assert len(every.records) == 102
     with pytest.raises(ValueError, match="keep_records"):
         Session(make_compactor(), "s4", keep_records=0)  # the last record is always kept
 
