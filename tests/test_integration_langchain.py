@@ -605,6 +605,29 @@ def test_a_system_message_after_the_first_reaches_the_model_as_the_compactor_mad
     assert seen[0][2].content == "[System message]\nanswer in French" and seen[0][2].id == "late"
 
 
+def thinking_model(thinking: dict[str, Any]) -> type[ScriptedModel]:
+    """A :class:`ScriptedModel` whose replies with tool calls come as Anthropic's do with thinking
+    on: ``thinking`` first, then the reply's text, then its calls as ``tool_use`` blocks. ``seen``
+    keeps the messages of every request as LangChain passed them."""
+
+    class Thinking(ScriptedModel):
+        seen: list = []
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            self.seen.append(list(messages))
+            result = super()._generate(messages, stop, run_manager, **kwargs)
+            message = result.generations[0].message
+            if message.tool_calls:
+                uses = [
+                    {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
+                    for c in message.tool_calls
+                ]
+                message.content = [thinking, {"type": "text", "text": message.content}, *uses]
+            return result
+
+    return Thinking
+
+
 def test_a_truncated_ai_message_keeps_its_thinking_and_blocks(make_compactor):
     """Emergency truncation cuts the newest call's arguments (a file too large for the window):
     the cut message keeps its thinking block, signature intact, first (Anthropic refuses the
@@ -613,20 +636,7 @@ def test_a_truncated_ai_message_keeps_its_thinking_and_blocks(make_compactor):
 
     body = "x = 1\n" * 3000
     thinking = {"type": "thinking", "thinking": "I should write it.", "signature": "c2lnbmF0dXJl"}
-    seen = []
-
-    class Thinking(ScriptedModel):
-        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-            seen.append(list(messages))
-            result = super()._generate(messages, stop, run_manager, **kwargs)
-            message = result.generations[0].message
-            if message.tool_calls:
-                uses = [
-                    {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
-                    for c in message.tool_calls
-                ]
-                message.content = [thinking, {"type": "text", "text": "Writing."}, *uses]
-            return result
+    Thinking = thinking_model(thinking)
 
     @tool
     def write(path: str, content: str) -> str:
@@ -637,11 +647,10 @@ def test_a_truncated_ai_message_keeps_its_thinking_and_blocks(make_compactor):
     reply = {"content": "Writing.", "tool_calls": [{"id": "w1", "function": {"name": "write", "arguments": arguments}}]}
     records: list[Any] = []
     middleware = CompactionMiddleware(make_compactor(context_window=4_000), session_id="s", on_record=records.append)
-    create_agent(Thinking(requests=[], replies=[reply]), tools=[write], middleware=[middleware]).invoke(
-        {"messages": [HumanMessage("write a.py")]}
-    )
+    model = Thinking(requests=[], replies=[reply], seen=[])
+    create_agent(model, tools=[write], middleware=[middleware]).invoke({"messages": [HumanMessage("write a.py")]})
     assert records[-1].tier is CompactionTier.EMERGENCY
-    ai = seen[-1][1]
+    ai = model.seen[-1][1]
     assert isinstance(ai, AIMessage) and "truncated_arguments" in ai.tool_calls[0]["args"]
     assert ai.content[:2] == [thinking, {"type": "text", "text": "Writing."}]
     assert [p["type"] for p in ai.content] == ["thinking", "text", "tool_use"]
@@ -686,18 +695,7 @@ def test_the_thinking_a_view_sends_is_counted(make_compactor):
     from langchain_core.tools import tool
 
     thinking = {"type": "thinking", "thinking": "Let me think. " * 1500, "signature": "c2ln" * 50}
-
-    class Thinking(ScriptedModel):
-        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-            result = super()._generate(messages, stop, run_manager, **kwargs)
-            message = result.generations[0].message
-            if message.tool_calls:
-                uses = [
-                    {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
-                    for c in message.tool_calls
-                ]
-                message.content = [thinking, {"type": "text", "text": message.content}, *uses]
-            return result
+    Thinking = thinking_model(thinking)
 
     @tool
     def look(path: str) -> str:
@@ -711,7 +709,7 @@ def test_the_thinking_a_view_sends_is_counted(make_compactor):
         }
 
     records: list[Any] = []
-    model = Thinking(requests=[], replies=[reply(i) for i in range(3)])
+    model = Thinking(requests=[], replies=[reply(i) for i in range(3)], seen=[])
     middleware = CompactionMiddleware(make_compactor(context_window=100_000), session_id="s", on_record=records.append)
     create_agent(model, tools=[look], middleware=[middleware]).invoke({"messages": [HumanMessage("look at them")]})
     assert len(model.requests) == 4
@@ -720,7 +718,7 @@ def test_the_thinking_a_view_sends_is_counted(make_compactor):
     assert records[-1].tokens_after >= 3 * len(thinking["thinking"]) // 4  # the three turns' thinking
 
     records = []
-    model = Thinking(requests=[], replies=[reply(0)])
+    model = Thinking(requests=[], replies=[reply(0)], seen=[])
     middleware = CompactionMiddleware(make_compactor(context_window=4_000), session_id="t", on_record=records.append)
     create_agent(model, tools=[look], middleware=[middleware]).invoke({"messages": [HumanMessage("look at it")]})
     assert records[-1].tier is CompactionTier.EMERGENCY
