@@ -10,6 +10,9 @@ Token targets the core guarantees (tokens as ``tokens-chars`` counts them):
 * Emergency: at most ``fallback_budget`` of the window, or the pinned messages and the newest
   exchange when that alone is more (never more than the window).
 
+Whatever a third-party policy answers (None at twice the window, say), every view still fits
+the window: the core escalates.
+
 The wider histories (keys of a message's own, ``developer`` and ``function`` roles, parts of
 several kinds, Anthropic blocks, results out of order) run on both bundled configs with usage
 reports, rewinds, edits, two sessions and the async API; there a corrected count must stay
@@ -28,7 +31,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from progressive_compactor import CompactionTier
+from progressive_compactor import CompactionTier, hookimpl
 from progressive_compactor.messages import from_anthropic, message_from_dict, text_of
 from progressive_compactor.plugins.fallback_token_budget import MARKER
 from progressive_compactor.testing import (
@@ -230,6 +233,38 @@ def test_a_whole_history_at_once_is_valid_and_fits(history, window):
             for before, after in changed:
                 assert before["role"] == "tool" and before["tool_call_id"] in offloaded
                 assert after["content"].startswith("[Tool result offloaded")
+
+
+class AnswersInTurn:
+    """A third-party policy that answers ``answers`` in turn, whatever the view's size."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = answers, 0
+
+    @hookimpl(tryfirst=True)
+    def determine_tier(self, ratio, tokens, context_window, turn):
+        self.calls += 1
+        return self.answers[(self.calls - 1) % len(self.answers)]
+
+
+@settings(
+    max_examples=EXAMPLES or 40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(
+    history=histories(),
+    window=st.integers(1000, 40_000),
+    answers=st.lists(st.sampled_from(list(CompactionTier)[:-1]), min_size=1, max_size=5),
+)
+def test_whatever_a_policy_answers_every_view_fits_the_window(history, window, answers):
+    """A policy that asks for too little (None at twice the window, a Warn where only a summary
+    would do) still gets valid views that fit the window: the core escalates."""
+    with tempfile.TemporaryDirectory() as tmp:
+        compactor = make_compactor(tmp, context_window=window, extra_plugins=[("lax", AnswersInTurn(answers))])
+        cuts = [i for i, m in enumerate(history) if m["role"] == "assistant" and i > 0] + [len(history)]
+        for cut in cuts:
+            view, record = compactor.compact_with_record(history[:cut])
+            assert problems(view) == []
+            assert estimate(view) <= window, (record.tier, record.escalations, record.errors)
 
 
 def teardown_module(module):
