@@ -133,13 +133,9 @@ class TierRunner:
         self, cache: SessionCache, work: TurnWork, tier: CompactionTier, tokens: int
     ) -> Generator[SummaryRequest, Summarized, CompactionTier]:
         """Carry out ``tier``, escalating (Full, then Emergency) when the loop guard says so, and to
-        Emergency when what a tier leaves (None included: the policy's answer) is over the window,
-        whatever the policy says: the provider refuses such a view."""
+        Emergency when what a tier leaves is over the window, whatever the policy says: the
+        provider refuses such a view. None (no tier plugin, no plan) is asked only over the window."""
         window = self.config.context_window
-        if tier is CompactionTier.NONE:  # asked with a view over the window
-            tier = self._over_the_window(work, tier, tokens)
-            if tier is CompactionTier.NONE:
-                return tier
         while True:
             tail_start = self._tail_start(work)
             tier_input = TierInput(
