@@ -220,8 +220,6 @@ class SqliteDatabase:
                 time.sleep(0.01)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        import sqlite3
-
         if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return
         conn.execute("BEGIN IMMEDIATE")
@@ -239,10 +237,7 @@ class SqliteDatabase:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:  # the caller closes the connection (SQLite rolls back): the cause is said
-                pass
+            self._roll_back(conn)  # the error said is the one that made it roll back
             raise
 
     def _run(self, work: Callable[[sqlite3.Connection], T], transaction: bool = False, writes: bool = False) -> T:
@@ -279,8 +274,9 @@ class SqliteDatabase:
                 fail(where, exc, self.secrets)
 
     def _roll_back(self, conn: sqlite3.Connection) -> None:
-        """Roll back ``conn``'s transaction, if it is in one; when that fails, close it (SQLite rolls
-        back, and its write lock goes with it; the next call opens another)."""
+        """Roll back ``conn``'s transaction, if it is in one; when that fails, drop this process's
+        connection (SQLite rolls back, and its write lock goes with it; the next call opens
+        another). A connection still being opened is not yet it: :meth:`_connect` closes that one."""
         import sqlite3
 
         if conn.in_transaction:
