@@ -30,21 +30,8 @@ are masked either way).
 tool's output, a model's reply (the start of a malformed one) or a plugin's exception: secrets are
 masked, other user data is not. The span's ``compactor.errors`` is the list of their types, in
 order, and ``error.type`` and the status's description the first one's; the text stays in the
-record, which the record store keeps under ``compactor.record_id``:
-
-| an entry of ``record.errors`` that starts with | its type |
-|---|---|
-| ``compaction failed`` | ``compaction_failed`` |
-| ``summarizer failed`` | ``summarizer_failed`` |
-| ``offload of `` | ``offload_failed`` |
-| ``saving session state failed`` | ``state_save_failed`` |
-| ``loading session state failed`` | ``state_load_failed`` |
-| ``session state did not match``, ``session state covers`` | ``state_mismatch`` |
-| ``loop guard`` | ``loop_guard`` |
-| ``repaired view`` | ``repaired_view`` |
-| ``anchor parsing incomplete`` | ``anchors_incomplete`` |
-| ``emergency fallback: forced truncation`` (no error: only in ``compactor.errors``) | ``emergency_fallback`` |
-| anything else | ``_OTHER`` |
+record, which the record store keeps under ``compactor.record_id``. The type is that of the first
+of :data:`ERROR_TYPES` whose opening words the entry starts with, ``_OTHER`` for none.
 
 **Metrics** (the meter ``progressive_compactor``):
 
@@ -95,8 +82,11 @@ ERROR_TYPES = (
     ("loop guard", "loop_guard"),
     ("repaired view", "repaired_view"),
     ("anchor parsing incomplete", "anchors_incomplete"),
-    (EMERGENCY_NOTE, "emergency_fallback"),
+    ("the newest exchange", "newest_exchange_dropped"),
+    ("the view cannot fit", "view_over_window"),
+    (EMERGENCY_NOTE, "emergency_fallback"),  # an error only in ``compactor.errors``, not the span's status
 )
+"""(opening words of an entry of ``record.errors``, its ``error.type``)."""
 
 
 def error_type(cause: str) -> str:

@@ -310,3 +310,10 @@ def test_every_cause_the_core_reports_has_its_own_error_type(make_compactor, tel
     rewound = "session state covers messages this history went on without (rewound); started over"
     assert error_type(rewound) == "state_mismatch"
     assert error_type("loop guard: a summary of these messages came back larger than them") == "loop_guard"
+    # a window too small for what truncation must keep: each of the record's causes is typed
+    _, record = make_compactor("default", context_window=10).compact_with_record(build_history([300] * 4), "t")
+    assert [error_type(e) for e in record.errors] == [
+        "emergency_fallback",
+        "newest_exchange_dropped",
+        "view_over_window",
+    ]
