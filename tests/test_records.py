@@ -427,18 +427,9 @@ class WritesSecretsInItsSummary:
         return SummaryResult(text=f"## User Intent\nfix the bug\n## Summary\nUsed {GITHUB_TOKEN} and LATER-SECRET-42.")
 
 
-class KeepsRecords:
-    def __init__(self):
-        self.records = []
-
-    @hookimpl
-    def persist_record(self, record):
-        self.records.append(record)
-
-
 def test_a_records_summary_masks_credentials_and_the_secrets_registered_since(make_compactor):
     history = build_history([3000] * 10)
-    kept = KeepsRecords()  # the records as the compactor made them (a store masks them again)
+    kept = ListStore()  # the records as the compactor made them (a store masks them again)
     plugins = [("writes-secrets", WritesSecretsInItsSummary()), ("keeps-records", kept)]
     compactor = make_compactor(context_window=window_for(history, 0.75), extra_plugins=plugins)
     _, first = compactor.compact_with_record(history)
