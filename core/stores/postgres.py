@@ -368,10 +368,11 @@ class PostgresDatabase:
                 if cut[0]:
                     self._no_answer(where, exc)
                 if attempt == 1 and conn is not None and (conn.closed or getattr(conn, "broken", False)):
-                    try:
-                        (pool or self._pool).check()  # the others were likely lost too: replace them first
-                    except psycopg.Error:
-                        pass
+                    # The others were likely lost too: replace them first, without a word to them
+                    # (checking each one waits, without a limit, on a server that stopped answering).
+                    lost = pool or self._pool
+                    if lost is not None:
+                        lost.drain()
                     continue
                 fail(where, exc, self.secrets)
         raise AssertionError("unreachable")
