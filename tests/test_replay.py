@@ -320,3 +320,37 @@ def test_cache_friendly_summaries_are_billed_with_the_cached_view(make_compactor
         prices = make_compactor().config.pricing
         full_price = turn.summarizer_tokens_in * prices.summarizer_input / 1e6
         assert turn.cost.summarizer < full_price + turn.summarizer_tokens_out * prices.summarizer_output / 1e6
+
+
+def test_the_overhead_benchmark_times_its_parts_and_puts_every_function_back(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "overhead.py"
+    spec = importlib.util.spec_from_file_location("overhead_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    overhead = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(overhead)
+    history = build_history([6000] * 30)
+    for i, message in enumerate(history):  # an answer after every result: a call to replay
+        if message["role"] == "tool":
+            history.insert(i + 1, {"role": "assistant", "content": f"Step {i} done."})
+    session = tmp_path / "session.jsonl"
+    session.write_text("".join(json.dumps(m) + "\n" for m in history))
+    from progressive_compactor.plugin_manager import Hooks
+
+    def functions():
+        timed = {label: overhead.importlib.import_module(m).__dict__[n] for label, (m, n) in overhead.PARTS.items()}
+        return timed, Hooks.__dict__["summarize"]
+
+    before = functions()
+    with overhead.timed_parts() as spent:
+        by_tier = overhead.measure([session], "default", 16000, str(tmp_path))
+    assert "Soft" in by_tier or "Full" in by_tier
+    for label in ("facts of the folded messages", "offloaded results written", "record made JSON", "record appended"):
+        assert spent[label] > 0, label
+    total = sum(t for rows in by_tier.values() for t, _ in rows)
+    assert sum(spent.values()) < total  # parts of the calls' own time, the summarizer's excluded
+    assert functions() == before
+    assert "µs a call" in overhead.parts_table(by_tier, spent)
