@@ -107,6 +107,18 @@ def test_observation_masking_keeps_only_the_ten_newest_results(make_compactor):
     assert later and all(b.cache_stable_tokens < b.view_tokens for b in later)
 
 
+def test_observation_masking_counts_an_overflow_instead_of_truncating(make_compactor):
+    """The masking baseline as published: no summary, no offload, no fallback. A view still over
+    the window once the old results are masked is sent as it is and counted as an overflow."""
+    messages = build_history([2000] * 14)
+    messages.append({"role": "assistant", "content": "done"})
+    result = replay_session(messages, make_compactor("baseline-masking", context_window=4000), "s")
+    assert result.overflows > 0
+    for t in result.turns:
+        assert t.tier in (CompactionTier.NONE, CompactionTier.WARN), t.record.escalations
+        assert not t.record.fallback and t.record.offloaded == ()
+
+
 def test_observation_masking_rejects_a_placeholder_it_cannot_fill(compactor_factory):
     """A placeholder field other than ``{lines}`` and ``{chars}`` is a config error naming the
     field, not a KeyError on every turn once the policy reaches the tier."""
