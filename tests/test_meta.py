@@ -8,7 +8,8 @@
 * the layout's rules: plugins import only the declared plugin API, the kernel imports neither the
   CLI, nor the lab, nor the HTTP stack, and a compaction imports none of click, rich, httpx or
   plotly;
-* no text cites a document the repository does not have.
+* no text cites a document the repository does not have;
+* every setting a config accepts (the core's and every built-in plugin's) is named in the docs.
 """
 
 from __future__ import annotations
@@ -240,3 +241,42 @@ print(",".join(sorted(m for m in heavy if m in sys.modules)))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+USER_DOCS = [
+    ROOT / "README.md",
+    CONTRIBUTING,
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "configs").glob("*.yaml")),
+]
+
+
+def documented(key: str, text: str) -> bool:
+    """Whether ``key`` is named as a setting: in backticks, or as a YAML key."""
+    k = re.escape(key)
+    return bool(re.search(rf"`{k}[`:]|^\s*{k}:|[{{,]\s*{k}:", text, re.M))
+
+
+def settings() -> list[tuple[str, str]]:
+    """``(where, key)`` for every setting a config accepts: the core's, the plugin roles, the
+    price table, the experiment section, and every built-in plugin's block."""
+    import attrs
+
+    from progressive_compactor.config import CompactorConfig, ExperimentSpec, PluginSelection, VariantSpec
+    from progressive_compactor.pricing import PriceTable
+
+    found = [
+        (cls.__name__, f.name)
+        for cls in (CompactorConfig, PluginSelection, PriceTable, ExperimentSpec, VariantSpec)
+        for f in attrs.fields(cls)
+    ]
+    for name in BUILTIN_PLUGINS:
+        config = getattr(load_plugin_object(installed_plugins()[name]), "Config", None)
+        found += [(name, f.name) for f in attrs.fields(config)] if config is not None else []
+    return found
+
+
+def test_every_setting_is_named_in_the_docs():
+    text = "\n".join(path.read_text("utf-8") for path in USER_DOCS)
+    missing = [f"{where}: {key}" for where, key in settings() if not documented(key, text)]
+    assert missing == [], "name these settings in README.md, docs/ or the configs' comments"
