@@ -26,7 +26,7 @@ from .inputs import load_history
 @config_option
 @window_option
 @data_dir_option
-@click.option("--session-id", "-s", help="Session id (default: the file name).")
+@click.option("--session-id", "-s", help="Session id (default: the file name without its extension; stdin for -).")
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False), help="Write the view to this file (default, or -: stdout)."
 )
