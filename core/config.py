@@ -6,7 +6,7 @@ plugins:
   summarizer: summarize-extractive     # any installed plugin name
   stores: [store-jsonl]
 config:                                # one block per plugin name, checked by that plugin
-  offload-files: {threshold: 4000}
+  offload-files: {preview_lines: 10}
 ```
 
 This module holds the data classes and the reading of YAML; turning data into a checked config
