@@ -129,7 +129,9 @@ class CompactorConfig:
     """Offload when a tool result arrives (``Session.add_tool_result``): longer results never
     enter the history."""
     fallback_budget: float = 0.5
-    """Emergency truncation keeps the view under this share of the context window."""
+    """Emergency truncation aims at this share of the context window: it drops the oldest messages
+    until the view is under it, but keeps the newest exchange whenever it fits the window (the
+    window is the limit)."""
     enforce_window: bool = True
     """Escalate to Emergency whenever a view would be over the context window, whatever the policy
     or a tier answered: a provider refuses such a view. ``False`` sends what the policy decided
