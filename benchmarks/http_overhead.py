@@ -42,9 +42,9 @@ def overhead_rows(fake: FakeProvider, root: Path, repeat: int) -> list[tuple[str
     history = synthetic_history("SESSION-MARKER-bench", FULL_ROUNDS)
     for protocol in ("openai", "anthropic"):
         compactor = ProgressiveCompactor("default", **compactor_settings(fake.base_url, protocol, root / protocol))
-        fake.reset()
+        fake.requests.clear()
         _, record = compactor.compact_with_record(history, "warm-up")
-        assert record.tier is CompactionTier.FULL and not record.error, record.error
+        assert record.tier is CompactionTier.FULL and not record.errors, record.errors
         sent = fake.requests[0]
         url = fake.base_url.rsplit("/v1", 1)[0] + sent.path
         headers = {k: v for k, v in sent.headers.items() if k not in ("host", "content-length")}
@@ -55,7 +55,7 @@ def overhead_rows(fake: FakeProvider, root: Path, repeat: int) -> list[tuple[str
                 started = time.perf_counter()
                 _, record = compactor.compact_with_record(history, f"s{i}")
                 compaction.append(time.perf_counter() - started)
-                assert record.summarizer_calls == 1 and not record.error
+                assert record.summarizer_calls == 1 and not record.errors
                 started = time.perf_counter()
                 client.post(url, headers=headers, content=sent.raw).json()
                 bare.append(time.perf_counter() - started)
@@ -101,7 +101,7 @@ async def throughput(fake: FakeProvider, root: Path, sessions: int, rounds: int)
                 *(compactor.acompact_with_record(history, f"r{r}-{sessions}-{i}") for i in range(sessions))
             )
             elapsed = time.perf_counter() - started
-            assert all(rec.summarizer_calls == 1 and not rec.error for _, rec in results)
+            assert all(rec.summarizer_calls == 1 and not rec.errors for _, rec in results)
             best_compact = max(best_compact, sessions / elapsed)
     url = fake.base_url + "/chat/completions"
     async with httpx.AsyncClient(timeout=30) as client:
@@ -139,7 +139,7 @@ def main() -> None:
         print(f"{'extractive':<11}{offline:>15.2f}{'-':>14}{'-':>13}{'-':>8}   (offline summarizer, no HTTP)")
         print()
         for delay in (0.0, 0.05):
-            fake.reset()
+            fake.requests.clear()
             fake.default = Behaviour(delay=delay)
             print(
                 f"Concurrent async sessions, one compactor, server latency {delay * 1000:.0f} ms (best of {args.rounds})"
