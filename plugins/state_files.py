@@ -3,7 +3,9 @@
 The summary, anchors, covered boundary and offload entries of a session live here, so that its
 turns can be served by different processes on one host (or on a shared folder). A save is a
 compare-and-set under an exclusive lock on the session's lock file: it succeeds only over the
-version it replaces, so two workers that compacted the same turn cannot both win. Files are
+version it replaces, so two workers that compacted the same turn cannot both win. The lock is
+waited for ``timeout`` seconds at most: a worker stopped while it holds it makes the others' saves
+of that session fail (their turns fail open), not hang. Files are
 owner-only and replaced atomically. A file that cannot be read (truncated, not JSON, wrong types)
 is moved aside as ``*.corrupt-<time>`` with a warning (and deleted with the session) and the
 session starts over from its history. A file that has not changed since it was last read is not
@@ -19,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -46,6 +49,7 @@ from progressive_compactor.plugin import (
     rename,
     root_for,
     session_name,
+    setting_check,
     state_from_json,
     state_to_json,
     write_private,
@@ -72,6 +76,12 @@ class FileState:
     @attrs.frozen
     class Config:
         directory: str = "{data_dir}/state"
+        timeout: float = attrs.field(
+            default=10.0,
+            validator=setting_check(lambda v: 0 < v < math.inf, "timeout must be more than 0 seconds, got {value}"),
+        )
+        """Seconds a save (or a delete) waits for the session's lock, which another worker holds
+        while it saves the same session, before it fails (the turn fails open)."""
 
     def __init__(self, config: Config | None = None, context: PluginContext | None = None):
         self.config = config or self.Config()
@@ -137,10 +147,11 @@ class FileState:
             yield
             return
         path = self.directory / f"{name}.lock"
+        deadline = time.monotonic() + self.config.timeout
         while True:
             fd = open_private(path, self.top)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._lock(fd, path, deadline)
                 held = os.fstat(fd)
                 try:
                     current = os.lstat(path)
@@ -156,6 +167,27 @@ class FileState:
             yield
         finally:
             os.close(fd)
+
+    def _lock(self, fd: int, path: Path, deadline: float) -> None:
+        """Take the exclusive lock of ``fd`` by ``deadline``. A worker that holds it only while it
+        saves, so one that holds it longer is stopped (a debugger, a frozen container) or stuck
+        (a hung disk), and waiting for it would hang this turn, and with it every turn queued
+        behind it."""
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StorageError(
+                        f"{path}: locked by another worker for more than {self.config.timeout:g} s"
+                        " (stopped or stuck while saving this session?)",
+                        path=str(path),
+                    ) from None
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.05)
 
     @hookimpl(trylast=True)
     def load_state(self, session_id: str) -> SessionState | None:

@@ -380,6 +380,54 @@ def test_many_workers_on_one_state_folder_never_send_an_invalid_view(make_compac
     assert failures == []
 
 
+def hold_the_lock(path: Path):
+    """A process that takes the exclusive lock of ``path`` and stops (SIGSTOP: a worker paused by a
+    debugger or a frozen container), holding it until it is killed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import fcntl, os, signal, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGSTOP)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fcntl locks are POSIX")
+def test_a_stopped_worker_holding_a_sessions_lock_makes_a_save_fail_open_within_the_timeout(make_compactor, tmp_path):
+    import time
+
+    (tmp_path / "state").mkdir()
+    holder = hold_the_lock(tmp_path / "state" / "test-session.lock")
+    try:
+        compactor, _ = warn_compactor(
+            make_compactor, plugins={"state": "state-files"}, config={"state-files": {"timeout": 0.5}}
+        )
+        started = time.monotonic()
+        with no_hang(5):
+            view, record = compactor.compact_with_record(with_a_big_result())
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert problems(view) == [] and record.offloaded  # the offloaded result stays in its file
+    assert any("saving session state failed" in e and "locked by another worker" in e for e in record.errors)
+    assert took < 2, took
+    again, second = compactor.compact_with_record(with_a_big_result())  # the holder is gone: saved now
+    assert second.errors == () and compactor.state().version == 1 and again == view
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan")])
+def test_a_state_files_timeout_that_bounds_nothing_is_a_config_error(timeout):
+    with pytest.raises(CompactorError, match=r"timeout must be more than 0 seconds.*state-files.timeout"):
+        ProgressiveCompactor("classic", plugins={"state": "state-files"}, config={"state-files": {"timeout": timeout}})
+
+
 def with_a_big_result() -> list[dict]:
     """A short history with one result large enough for Warn to offload."""
     return [
