@@ -10,7 +10,8 @@ that never served it would: its state is in the state store, so its view is the 
 
 Turns of one session are served one at a time, sync and async alike (two at once would race on
 its state and its cache): a lock per session, kept while a turn of it is waiting or running, then
-dropped. A sync call made from a coroutine would wait for an async turn of the same session on its
+dropped. A child forked while other threads served turns holds none of their locks: those turns
+do not run in it. A sync call made from a coroutine would wait for an async turn of the same session on its
 own loop forever: call the async API there.
 """
 
@@ -74,6 +75,10 @@ class RecentlyUsed(Generic[V]):
         with self._guard:
             self._values.pop(session_id, None)
 
+    def forked(self) -> None:
+        """In a forked child: a lock of its own (one a parent's thread held at the fork stays held)."""
+        self._guard = threading.Lock()
+
 
 class SessionMemory:
     """The caches of the ``limit`` most recently compacted sessions, the usage corrections of the same
@@ -88,6 +93,21 @@ class SessionMemory:
             asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Lock, list[int]]]
         ] = weakref.WeakKeyDictionary()
         self._steps: tuple[ThreadPoolExecutor, int] | None = None
+        _MEMORIES.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child, where only the thread that forked runs on: the turns the parent's
+        other threads were serving do not, so nothing of theirs may stay held (a turn of their
+        session here would wait for it forever), nor kept as they left it, half done (their
+        sessions' caches and usage anchors are dropped: the next turn reads the history again)."""
+        served = list(self._locks)
+        self._guard = threading.Lock()
+        self._locks = {}
+        self._alocks = weakref.WeakKeyDictionary()
+        self.caches.forked()
+        self.usage.forked()
+        for session_id in served:
+            self.forget(session_id)
 
     def steps(self) -> ThreadPoolExecutor:
         """The thread the async API runs its turns' own steps in (:func:`advanced`): one, as a
@@ -126,7 +146,10 @@ class SessionMemory:
 
     def leave(self, session_id: str) -> None:
         with self._guard:
-            users = self._locks[session_id][1]
+            entry = self._locks.get(session_id)
+            if entry is None:  # entered before a fork, by the thread that forked: the child made all anew
+                return
+            users = entry[1]
             users[0] -= 1
             if not users[0]:
                 del self._locks[session_id]
@@ -154,6 +177,19 @@ class SessionMemory:
             users[0] -= 1
             if not users[0]:
                 del locks[session_id]
+
+
+_MEMORIES: weakref.WeakSet[SessionMemory] = weakref.WeakSet()
+"""Every compactor's memory in the process, made anew in a forked child (:meth:`SessionMemory._forked`)."""
+
+
+def _forked() -> None:
+    for memory in list(_MEMORIES):
+        memory._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 class Finished(Generic[R]):

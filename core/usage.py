@@ -150,6 +150,10 @@ class UsageAnchors:
         self.redact = redact
         """Masks what a warning quotes from outside (a session id), as the records are masked."""
 
+    def forked(self) -> None:
+        """In a forked child: a lock of its own (one a parent's thread held at the fork stays held)."""
+        self._lock = threading.Lock()
+
     def correction(self, session_id: str) -> Correction:
         anchor = self._sessions.get(session_id)
         return anchor.correction if anchor is not None else NO_CORRECTION

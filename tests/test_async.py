@@ -327,3 +327,55 @@ def test_a_forked_worker_serves_async_turns_with_a_thread_of_its_own(tmp_path):
                 os._exit(2)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_worker_forked_while_a_thread_serves_a_session_serves_that_session(tmp_path, mode):
+    """Forked while another thread's turn of the session waits for its summary: that turn does not
+    run in the child, so neither does anything hold the session there; the child's turn of it is
+    served (it used to wait for the parent's lock forever)."""
+    import threading
+    import time
+
+    from progressive_compactor.plugin import hookimpl
+
+    parent, asked, answer = os.getpid(), threading.Event(), threading.Event()
+
+    class SlowSummarizer:
+        @hookimpl(tryfirst=True)
+        def summarize(self, request):
+            if os.getpid() == parent:
+                asked.set()
+                answer.wait(20)
+            return None  # the configured summarizer answers
+
+    history = synthetic_history(marker(0), FULL_ROUNDS)
+    settings = {"context_window": 2000, "data_dir": str(tmp_path), "extra_plugins": [("slow", SlowSummarizer())]}
+    with ProgressiveCompactor("classic", **settings) as compactor:
+        serving = threading.Thread(target=compactor.compact, args=(history, "s"))
+        serving.start()
+        assert asked.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 when its turn of the session was served
+            code = 2
+            try:
+                if mode == "sync":
+                    view, record = compactor.compact_with_record(history, "s")
+                else:
+                    view, record = asyncio.run(compactor.acompact_with_record(history, "s"))
+                code = 0 if valid(view) and record.tier is CompactionTier.FULL else 1
+            finally:
+                os._exit(code)
+        answer.set()
+        serving.join()
+        for _ in range(200):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked worker's turn of the session hung")
+    assert os.waitstatus_to_exitcode(status) == 0
