@@ -194,6 +194,40 @@ def test_a_write_lock_held_too_long_fails_open_and_the_next_turn_recovers(backen
     assert view_again == alone.compact(history, "s")
 
 
+def test_threads_queued_behind_a_write_waiting_for_the_lock_do_not_each_wait_the_timeout(backend):
+    """A worker's threads serve turns of eight sessions while another process holds the write lock
+    too long: the lock is waited for once, and the writes queued behind that wait fail at once
+    (they waited in turn, the timeout each: eight times the timeout for the last turn)."""
+    history = warn_history(14, 5000)
+    compactor = backend.compactor(context_window=window_for(history, 0.8), config=backend.config(timeout=0.5))
+    compactor.compact_with_record(history[:6], "s")  # the schema exists
+    blocker = sqlite3.connect(backend.tmp_path / "compactor.sqlite3", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process in a long write
+    turns: dict[int, tuple[float, list[str], tuple[str, ...]]] = {}
+
+    def serve(n: int) -> None:
+        started = time.monotonic()
+        view, record = compactor.compact_with_record(history, f"s{n}")
+        turns[n] = (time.monotonic() - started, problems(view), record.errors)
+
+    threads = [threading.Thread(target=serve, args=(n,)) for n in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert len(turns) == 8 and all(found == [] for _, found, _ in turns.values())
+    assert all(
+        any("database is locked" in e or "locked, not tried again" in e for e in errors)
+        for *_, errors in turns.values()
+    )
+    slowest = max(took for took, _, _ in turns.values())
+    assert slowest < 1.5, f"a turn took {slowest:.1f} s with a 0.5 s timeout"
+
+
 FULL_DISK = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead

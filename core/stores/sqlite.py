@@ -245,15 +245,16 @@ class SqliteDatabase:
         IMMEDIATE`` transaction (committed when it returns, rolled back when it raises). A write
         that waited ``timeout`` for another process's write lock in vain makes every write fail at
         once for a few seconds (:data:`LOCKED_PAUSE`), so a turn waits for it once, not once per
-        write."""
+        write, and the threads queued behind that wait do not wait for it again in turn."""
         import sqlite3
 
         where = f"SQLite database {self.path}"
         writes = writes or transaction
-        locked = _LOCKED.get(str(self.path))
-        if writes and locked is not None and time.monotonic() < locked[0]:
-            raise StorageError(f"{where}: locked, not tried again for a few seconds ({locked[1]})", path=str(self.path))
+        if writes:
+            self._not_locked(where)
         with self._lock:
+            if writes:  # again: the write this one waited behind may have waited for the lock in vain
+                self._not_locked(where)
             try:
                 conn = self._connect()
                 if not transaction:
@@ -272,6 +273,12 @@ class SqliteDatabase:
                 if writes and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                     _LOCKED[str(self.path)] = (time.monotonic() + min(self.timeout, LOCKED_PAUSE), str(exc))
                 fail(where, exc, self.secrets)
+
+    def _not_locked(self, where: str) -> None:
+        """Fail at once while a write of the process waited for the write lock in vain lately."""
+        locked = _LOCKED.get(str(self.path))
+        if locked is not None and time.monotonic() < locked[0]:
+            raise StorageError(f"{where}: locked, not tried again for a few seconds ({locked[1]})", path=str(self.path))
 
     def _roll_back(self, conn: sqlite3.Connection) -> None:
         """Roll back ``conn``'s transaction, if it is in one; when that fails, drop this process's
