@@ -8,15 +8,17 @@ connection settings, and a raw dump of everything stored), and add the faults of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import yaml
@@ -279,6 +281,43 @@ def check_a_server_down_fails_open(backend: Backend, server: Any, caplog: pytest
     assert [e for e in record.errors if "failed" in e and "emergency" not in e] == []
     assert worker.state("s").version == saved.version + 1
     assert record.id in [r.id for r in worker.records("s")]
+
+
+@contextlib.contextmanager
+def silent_host() -> Iterator[int]:
+    """A port on 127.0.0.1 that accepts connections and never answers (a frozen host, or a
+    firewall that swallows the login): the kernel accepts, nobody reads."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    try:
+        yield int(hole.getsockname()[1])
+    finally:
+        hole.close()
+
+
+def check_threads_wait_for_a_silent_server_once(backend: Backend, bound: float) -> None:
+    """A worker's threads serve turns of eight sessions on a server that never answers: the first
+    connection is waited for (``timeout``), and the threads queued behind that wait fail at once
+    (each used to wait ``timeout`` in turn: eight times the timeout for the last turn)."""
+    history = warn_history()
+    worker = backend.compactor(context_window=window_for(history, 0.85))
+    turns: dict[int, tuple[float, list[str], tuple[str, ...]]] = {}
+
+    def serve(n: int) -> None:
+        started = time.monotonic()
+        view, record = worker.compact_with_record(history, f"s{n}")
+        turns[n] = (time.monotonic() - started, problems(view), record.errors)
+
+    threads = [threading.Thread(target=serve, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(turns) == 8 and all(found == [] for _, found, _ in turns.values())
+    assert all(any("loading session state failed" in e for e in errors) for *_, errors in turns.values())
+    slowest = max(took for took, _, _ in turns.values())
+    assert slowest < bound, f"a turn took {slowest:.1f} s"
 
 
 def check_a_malformed_connection_string_is_a_config_error(

@@ -30,9 +30,11 @@ from store_contract import (
     check_a_malformed_connection_string_is_a_config_error,
     check_a_server_down_fails_open,
     check_restarts_go_unnoticed,
+    check_threads_wait_for_a_silent_server_once,
     connect_all,
     run_turns,
     sha,
+    silent_host,
     tool,
     warn_history,
 )
@@ -475,3 +477,11 @@ def test_a_server_that_never_answers_a_login_is_waited_for_once_per_turn(unique_
     assert problems(view) == [] and any("loading session state failed" in e for e in record.errors)
     assert any("timeout" in e for e in record.errors), record.errors  # why, said
     assert waited < 2 + 0.9, waited
+
+
+def test_threads_wait_for_a_server_that_never_answers_once_not_once_each(unique_name, tmp_path, request):
+    with silent_host() as port:
+        dsn = f"postgresql://agents:pw@127.0.0.1:{port}/agents"
+        backend = Backend("postgres", {"dsn": dsn, "schema": unique_name, "timeout": 2}, tmp_path)
+        request.addfinalizer(backend.close)
+        check_threads_wait_for_a_silent_server_once(backend, bound=4)

@@ -27,9 +27,11 @@ from store_contract import (
     check_a_malformed_connection_string_is_a_config_error,
     check_a_server_down_fails_open,
     check_restarts_go_unnoticed,
+    check_threads_wait_for_a_silent_server_once,
     connect_all,
     run_turns,
     sha,
+    silent_host,
     tool,
     warn_history,
 )
@@ -356,3 +358,12 @@ def test_when_a_session_was_written_is_the_servers_time_not_a_skewed_workers(bac
     for plugin in (state, store, offloader):
         (info,) = plugin.list_sessions()
         assert abs(info.updated - server_now) < 60, plugin.name
+
+
+def test_threads_wait_for_a_server_that_never_answers_once_not_once_each(unique_name, tmp_path, request):
+    with silent_host() as port:
+        backend = Backend(
+            "redis", {"url": f"redis://:pw@127.0.0.1:{port}/0", "prefix": f"{unique_name}:", "timeout": 1}, tmp_path
+        )
+        request.addfinalizer(backend.close)
+        check_threads_wait_for_a_silent_server_once(backend, bound=2)

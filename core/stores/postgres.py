@@ -246,6 +246,7 @@ class PostgresDatabase:
     def _ready(self) -> Any:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
+                self._not_down()  # again: the connection this call waited behind may have failed
                 import psycopg
                 from psycopg_pool import ConnectionPool
 
@@ -348,14 +349,13 @@ class PostgresDatabase:
         """``work(connection)`` on a pooled connection; once more on a fresh one when the
         connection turns out to be lost (a server restart, a dropped connection). A server that
         cannot be reached fails every call at once for a few seconds (:data:`UNREACHABLE_PAUSE`),
-        so a turn waits for it once, not once per write."""
+        so a turn waits for it once, not once per write, and the threads queued behind the first
+        connection (:meth:`_ready`) do not wait for it again in turn."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
         where = f"PostgreSQL {self.safe_dsn}"
-        down = _UNREACHABLE.get(self.server_key)
-        if down is not None and time.monotonic() < down[0]:
-            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
+        self._not_down()
         for attempt in (1, 2):
             conn = None
             cut = [False]
@@ -376,6 +376,13 @@ class PostgresDatabase:
                     continue
                 fail(where, exc, self.secrets)
         raise AssertionError("unreachable")
+
+    def _not_down(self) -> None:
+        """Fail at once while the server could not be reached lately (:data:`UNREACHABLE_PAUSE`)."""
+        down = _UNREACHABLE.get(self.server_key)
+        if down is not None and time.monotonic() < down[0]:
+            where = f"PostgreSQL {self.safe_dsn}"
+            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
 
     def _unreachable(self, cause: str) -> str:
         text = self.secrets.redact(mask_passwords(" ".join(cause.split())))

@@ -250,6 +250,7 @@ class RedisDatabase:
         with self._lock:
             if self._client is not None and self._pid == os.getpid():
                 return self._client
+            self._not_down()  # again: the connection this call waited behind may have failed
             if self._client is not None:  # inherited through fork: never used, nor closed, here
                 INHERITED.append(self._client)
             import redis
@@ -293,13 +294,13 @@ class RedisDatabase:
     def _run(self, work: Callable[[Any], T]) -> T:
         """``work(client)``; once more on a new connection when the connection was lost. A
         server that cannot be reached (or does not answer in time) fails every call at once for a
-        few seconds (:data:`UNREACHABLE_PAUSE`), so a turn waits for it once, not once per write."""
+        few seconds (:data:`UNREACHABLE_PAUSE`), so a turn waits for it once, not once per write,
+        and the threads queued behind the first connection (:meth:`_ready`) do not wait for it
+        again in turn."""
         import redis
 
         where = f"Redis {self.safe_url}"
-        down = _UNREACHABLE.get(self.server_key)
-        if down is not None and time.monotonic() < down[0]:
-            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
+        self._not_down()
         try:
             client = self._ready()
         except redis.RedisError as exc:
@@ -320,6 +321,13 @@ class RedisDatabase:
             except redis.RedisError as exc:
                 fail(where, exc, self.secrets)
         raise AssertionError("unreachable")
+
+    def _not_down(self) -> None:
+        """Fail at once while the server could not be reached lately (:data:`UNREACHABLE_PAUSE`)."""
+        down = _UNREACHABLE.get(self.server_key)
+        if down is not None and time.monotonic() < down[0]:
+            where = f"Redis {self.safe_url}"
+            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
 
     def _unreachable(self, exc: BaseException) -> None:
         text = self.secrets.redact(mask_passwords(" ".join(f"{type(exc).__name__}: {exc}".split())))
