@@ -326,6 +326,9 @@ class TcpProxy:
 
     ``round_trips`` counts requests: a chunk from a client that follows the server's answer (or
     opens the connection). ``delay`` holds every answer back that many seconds (a slow server).
+    ``trickle`` passes answers on a byte at a time, that many seconds apart (a network that loses
+    most packets, a choking proxy): every read of the client gets something, so no socket
+    timeout fires, and the answer takes as long as its size makes it.
     ``drop()`` closes every connection now. ``lose_every = n`` closes a connection instead of
     passing on the server's answer to every n-th request (the server did the work, the client
     never hears of it). The first ``spare`` requests of each connection (its login) are never
@@ -341,6 +344,7 @@ class TcpProxy:
         self.listener.listen(64)
         self.port = int(self.listener.getsockname()[1])
         self.delay = 0.0
+        self.trickle = 0.0
         self.lose_every = 0
         self.spare = 6
         self.rest = 12
@@ -398,7 +402,12 @@ class TcpProxy:
                     break
                 if delay:
                     time.sleep(delay)
-                sink.sendall(data)
+                sent = 0
+                while not upstream and self.trickle and sent < len(data):
+                    sink.sendall(data[sent : sent + 1])
+                    sent += 1
+                    time.sleep(self.trickle)
+                sink.sendall(data[sent:])
         except OSError:
             pass
         for s in (source, sink):

@@ -320,6 +320,35 @@ def check_threads_wait_for_a_silent_server_once(backend: Backend, bound: float) 
     assert slowest < bound, f"a turn took {slowest:.1f} s"
 
 
+def check_a_reply_that_trickles_in_fails_open_within_the_timeout(backend: Backend, server: Any, proxy: Any) -> None:
+    """The server's answers come a byte at a time (a network that loses most packets, a choking
+    proxy): each read of the socket gets something, so no socket timeout fires, and the state's
+    data would take minutes to arrive. The answer is given up soon after ``timeout``; the turn
+    fails open, and the next one, once answers come whole again, continues from the saved state."""
+    history = warn_history()
+    window = window_for(history, 0.85)
+    backend.block["url" if backend.kind == "redis" else "dsn"] = (
+        server.url_via(proxy.port) if backend.kind == "redis" else server.dsn_via(proxy.port)
+    )
+    backend.compactor(context_window=window).compact_with_record(history, "s")  # a state to read
+    saved = backend.compactor().state("s")
+    worker = backend.compactor(context_window=window, config=backend.config(timeout=0.5))  # has read nothing yet
+    connect_all(worker, backend.kind)
+    proxy.trickle = 0.05  # 20 bytes a second
+    started = time.monotonic()
+    try:
+        view, record = worker.compact_with_record(history, "s")
+    finally:
+        took = time.monotonic() - started
+        proxy.trickle = 0
+    assert problems(view) == []
+    assert any(e.startswith("loading session state failed") for e in record.errors), record.errors
+    assert server.password not in " ".join(record.errors)
+    assert took < 4, f"the turn took {took:.1f} s with a 0.5 s timeout"
+    time.sleep(0.5)  # the pause after an unreachable server (at most the 0.5 s timeout) is over
+    assert worker.state("s") == saved  # nothing lost, nothing half-written
+
+
 def check_a_malformed_connection_string_is_a_config_error(
     kind: str, value: str, reason: str, password: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:

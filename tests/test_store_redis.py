@@ -25,6 +25,7 @@ from store_contract import (
     StoreContract,
     alone,
     check_a_malformed_connection_string_is_a_config_error,
+    check_a_reply_that_trickles_in_fails_open_within_the_timeout,
     check_a_server_down_fails_open,
     check_restarts_go_unnoticed,
     check_threads_wait_for_a_silent_server_once,
@@ -367,3 +368,7 @@ def test_threads_wait_for_a_server_that_never_answers_once_not_once_each(unique_
         )
         request.addfinalizer(backend.close)
         check_threads_wait_for_a_silent_server_once(backend, bound=2)
+
+
+def test_a_reply_that_trickles_in_fails_open_within_the_timeout(backend, redis_server, proxy):
+    check_a_reply_that_trickles_in_fails_open_within_the_timeout(backend, redis_server, proxy)

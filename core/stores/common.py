@@ -1,14 +1,19 @@
-"""What the database backends share: text encoding, stamps, connection strings, drivers, errors."""
+"""What the database backends share: text encoding, stamps, connection strings, drivers, errors,
+and the watchdog that gives up an answer that does not come in time."""
 
 from __future__ import annotations
 
+import heapq
 import importlib.util
 import json
 import logging
 import os
 import secrets
+import socket
 import threading
-from typing import Any, Callable, NoReturn
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, NoReturn
 
 from ..converters import SettingError
 from ..errors import ConfigError, StorageError
@@ -23,6 +28,76 @@ TIMEOUT_RULE = f"timeout must be more than 0 and at most {MAX_TIMEOUT} seconds, 
 
 def usable_timeout(value: float) -> bool:
     return 0 < value <= MAX_TIMEOUT  # false for NaN too
+
+
+ANSWER_GRACE = 1.0
+"""Seconds past ``timeout`` an answer may take before its connection is cut (:data:`WATCHDOG`):
+PostgreSQL cancels a statement at ``timeout`` itself, but a server that stops answering (frozen,
+or a network that lost the way back) cannot, and psycopg would wait for it forever; a driver's
+socket timeout limits each read of the socket, not an answer that trickles in a byte at a time."""
+
+
+class _Watchdog:
+    """One thread per process that cuts (shuts down the socket of) a connection whose statement
+    or command has not answered by its deadline, so that the driver's wait ends with a lost
+    connection."""
+
+    def __init__(self) -> None:
+        self._deadlines: list[tuple[float, int]] = []
+        self._watched: dict[int, tuple[Any, list[bool]]] = {}
+        self._lock = threading.Condition()
+        self._pid = 0
+        self._count = 0
+        if hasattr(os, "register_at_fork"):  # a child never waits for a lock its parent's thread held
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self._deadlines, self._watched, self._lock, self._pid = [], {}, threading.Condition(), 0
+
+    @contextmanager
+    def watch(self, conn: Any, seconds: float) -> Iterator[list[bool]]:
+        """Within the block, ``conn`` (anything with a ``fileno()``: a connection, a socket) is cut
+        ``seconds`` from now; yields ``[cut]``, true once it was."""
+        cut = [False]
+        with self._lock:
+            if self._pid != os.getpid():  # none yet, or the parent's (not running after a fork)
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="compactor-watchdog", daemon=True).start()
+            self._count += 1
+            token = self._count
+            self._watched[token] = (conn, cut)
+            heapq.heappush(self._deadlines, (time.monotonic() + seconds, token))
+            if self._deadlines[0][1] == token:
+                self._lock.notify()
+        try:
+            yield cut
+        finally:
+            with self._lock:
+                del self._watched[token]
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                while self._deadlines and self._deadlines[0][1] not in self._watched:
+                    heapq.heappop(self._deadlines)  # answered in time
+                if not self._deadlines:
+                    self._lock.wait()
+                    continue
+                deadline, token = self._deadlines[0]
+                if time.monotonic() < deadline:
+                    self._lock.wait(deadline - time.monotonic())
+                    continue
+                heapq.heappop(self._deadlines)
+                conn, cut = self._watched[token]
+                cut[0] = True
+                try:
+                    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+                except Exception:  # noqa: BLE001, S110 - closed meanwhile: nothing to cut
+                    pass
+
+
+WATCHDOG = _Watchdog()
 
 
 INHERITED: list[object] = []

@@ -27,15 +27,12 @@ changed::
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 import re
-import socket
 import threading
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, TypeVar
 
 import attrs
 
@@ -43,8 +40,10 @@ from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
 from .common import (
+    ANSWER_GRACE,
     INHERITED,
     TIMEOUT_RULE,
+    WATCHDOG,
     MaskedLogs,
     connection_check,
     connection_string,
@@ -90,71 +89,6 @@ _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 DSN_SHAPE = "postgresql://user:password@host:5432/dbname, or host=... port=5432 dbname=... user=..."
 DRIVER_LOGS = MaskedLogs("psycopg", "psycopg.pool")
 """On psycopg's loggers while a pool is open: what the pool logs never holds a password."""
-ANSWER_GRACE = 1.0
-"""Seconds past ``timeout`` a statement's answer may take before its connection is cut: the
-server cancels a statement at ``timeout`` itself, but a server that stops answering (frozen, or a
-network that lost the way back) cannot, and psycopg would wait for it forever."""
-
-
-class _Watchdog:
-    """One thread per process that cuts (shuts down the socket of) a connection whose statement
-    has not answered by its deadline, so that psycopg's wait ends with a lost connection."""
-
-    def __init__(self) -> None:
-        self._deadlines: list[tuple[float, int]] = []
-        self._watched: dict[int, tuple[Any, list[bool]]] = {}
-        self._lock = threading.Condition()
-        self._pid = 0
-        self._count = 0
-        if hasattr(os, "register_at_fork"):  # a child never waits for a lock its parent's thread held
-            os.register_at_fork(after_in_child=self._forked)
-
-    def _forked(self) -> None:
-        self._deadlines, self._watched, self._lock, self._pid = [], {}, threading.Condition(), 0
-
-    @contextmanager
-    def watch(self, conn: Any, seconds: float) -> Iterator[list[bool]]:
-        """Within the block, ``conn`` is cut ``seconds`` from now; yields ``[cut]``, true once it was."""
-        cut = [False]
-        with self._lock:
-            if self._pid != os.getpid():  # none yet, or the parent's (not running after a fork)
-                self._pid = os.getpid()
-                threading.Thread(target=self._run, name="compactor-postgres-watchdog", daemon=True).start()
-            self._count += 1
-            token = self._count
-            self._watched[token] = (conn, cut)
-            heapq.heappush(self._deadlines, (time.monotonic() + seconds, token))
-            if self._deadlines[0][1] == token:
-                self._lock.notify()
-        try:
-            yield cut
-        finally:
-            with self._lock:
-                del self._watched[token]
-
-    def _run(self) -> None:
-        with self._lock:
-            while True:
-                while self._deadlines and self._deadlines[0][1] not in self._watched:
-                    heapq.heappop(self._deadlines)  # answered in time
-                if not self._deadlines:
-                    self._lock.wait()
-                    continue
-                deadline, token = self._deadlines[0]
-                if time.monotonic() < deadline:
-                    self._lock.wait(deadline - time.monotonic())
-                    continue
-                heapq.heappop(self._deadlines)
-                conn, cut = self._watched[token]
-                cut[0] = True
-                try:
-                    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-                        sock.shutdown(socket.SHUT_RDWR)
-                except Exception:  # noqa: BLE001, S110 - closed meanwhile: nothing to cut
-                    pass
-
-
-WATCHDOG = _Watchdog()
 
 
 def _refused(why: str) -> ValueError:

@@ -36,6 +36,7 @@ primary with replicas, or Sentinel), not Redis Cluster.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -48,8 +49,10 @@ from ..converters import setting_check
 from ..errors import StorageError
 from ..redaction import mask_passwords
 from .common import (
+    ANSWER_GRACE,
     INHERITED,
     TIMEOUT_RULE,
+    WATCHDOG,
     connection_check,
     connection_string,
     fail,
@@ -69,6 +72,34 @@ _UNREACHABLE: dict[str, tuple[float, str]] = {}
 """Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
 KEYS = {"state": "state:", "records": "records:", "offloads": "offloads:"}
 URL_SHAPE = "redis://[[user]:password@]host:6379/0, rediss://... for TLS, or unix:///path/to/redis.sock"
+
+
+@functools.cache
+def watched(base: type) -> type:
+    """``base`` (the connection class a URL asks for: TCP, TLS or a Unix socket) whose replies are
+    each given up, the connection cut (:data:`~progressive_compactor.stores.common.WATCHDOG`), when
+    one has not come whole ``socket_timeout`` + 1 s after it was awaited: the socket timeout limits
+    each read of the socket, so a reply that trickles in a byte at a time would keep a turn
+    waiting as long as its size makes it."""
+    import redis
+
+    class Watched(base):
+        def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            sock = getattr(self, "_sock", None)
+            if sock is None or not self.socket_timeout:
+                return super().read_response(*args, **kwargs)
+            with WATCHDOG.watch(sock, self.socket_timeout + ANSWER_GRACE) as cut:
+                try:
+                    return super().read_response(*args, **kwargs)
+                except redis.ConnectionError as exc:
+                    if cut[0]:
+                        raise redis.TimeoutError(
+                            f"no complete reply within {self.socket_timeout:g} s; the connection was given up"
+                        ) from exc
+                    raise
+
+    Watched.__name__ = Watched.__qualname__ = f"Watched{base.__name__}"
+    return Watched
 
 
 def url_password(url: str) -> str | None:
@@ -255,11 +286,17 @@ class RedisDatabase:
                 INHERITED.append(self._client)
             import redis
             from redis.backoff import NoBackoff
+            from redis.connection import Connection, parse_url
             from redis.retry import Retry
 
             timeout = self.settings.timeout
+            kind = parse_url(self.url).get("connection_class", Connection)
             pool = redis.ConnectionPool.from_url(  # retries are ours: once, on a new connection
-                self.url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+                self.url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                connection_class=watched(kind),
             )
             client = redis.Redis(connection_pool=pool)
             scripts = {
