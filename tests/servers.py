@@ -328,7 +328,9 @@ class TcpProxy:
     opens the connection). ``delay`` holds every answer back that many seconds (a slow server).
     ``trickle`` passes answers on a byte at a time, that many seconds apart (a network that loses
     most packets, a choking proxy): every read of the client gets something, so no socket
-    timeout fires, and the answer takes as long as its size makes it.
+    timeout fires, and the answer takes as long as its size makes it. ``hold_after = n`` holds
+    back, while it is set, the answers to every request of a connection after its first ``n``
+    (a server that let a client log in, then stopped answering).
     ``drop()`` closes every connection now. ``lose_every = n`` closes a connection instead of
     passing on the server's answer to every n-th request (the server did the work, the client
     never hears of it). The first ``spare`` requests of each connection (its login) are never
@@ -345,6 +347,7 @@ class TcpProxy:
         self.port = int(self.listener.getsockname()[1])
         self.delay = 0.0
         self.trickle = 0.0
+        self.hold_after = 0
         self.lose_every = 0
         self.spare = 6
         self.rest = 12
@@ -402,6 +405,8 @@ class TcpProxy:
                     break
                 if delay:
                     time.sleep(delay)
+                while not upstream and self.hold_after and state["requests"] > self.hold_after and not self._closed:
+                    time.sleep(0.01)
                 sent = 0
                 while not upstream and self.trickle and sent < len(data):
                     sink.sendall(data[sent : sent + 1])

@@ -490,3 +490,35 @@ def test_threads_wait_for_a_server_that_never_answers_once_not_once_each(unique_
 
 def test_a_reply_that_trickles_in_fails_open_within_the_timeout(backend, postgres_server, proxy):
     check_a_reply_that_trickles_in_fails_open_within_the_timeout(backend, postgres_server, proxy)
+
+
+def test_a_server_silent_after_the_login_fails_open_within_a_few_timeouts_and_leaves_no_thread(
+    backend, postgres_server, proxy
+):
+    """A server that lets a new connection log in, then never answers its first statement (the
+    pool's ``statement_timeout``, sent outside any turn's statement): the turn fails open within a
+    few timeouts, and no pool thread is left waiting for the answer (it waited forever, and the
+    pool's close waited 5 s for it)."""
+    backend.block["dsn"] = postgres_server.dsn_via(proxy.port)
+    running = set(threading.enumerate())  # another test's compactor may still have its pools open
+    before = proxy.round_trips
+    login = psycopg.connect(backend.block["dsn"])
+    proxy.hold_after = proxy.round_trips - before  # each connection's answers after its login
+    login.close()
+    worker = backend.compactor(config=backend.config(timeout=0.5))
+    started = time.monotonic()
+    try:
+        view, record = worker.compact_with_record(warn_history(4, 100), "s")
+        took = time.monotonic() - started
+        backend.close()
+        waiting = time.monotonic() + 3
+        while True:
+            left = sorted(t.name for t in set(threading.enumerate()) - running if "-postgres-worker-" in t.name)
+            if not left or time.monotonic() > waiting:
+                break
+            time.sleep(0.05)
+    finally:
+        proxy.hold_after = 0
+    assert problems(view) == [] and any("loading session state failed" in e for e in record.errors)
+    assert took < 5, f"the turn took {took:.1f} s with a 0.5 s timeout"
+    assert left == []

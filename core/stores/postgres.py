@@ -232,8 +232,11 @@ class PostgresDatabase:
         }
 
     def _configure(self, conn: Any) -> None:
+        """Every new connection's ``statement_timeout``: sent before the server can cancel it, so
+        watched (a server that stops answering would keep the pool's thread waiting forever)."""
         milliseconds = max(1, round(self.settings.timeout * 1000))
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{milliseconds}ms",))
+        with WATCHDOG.watch(conn, self._patience):
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{milliseconds}ms",))
 
     def _migrate(self, conn: Any) -> None:
         import psycopg
