@@ -50,6 +50,7 @@ KINDS = (
     "oversized",
     "hang",
     "trickle",
+    "processing",
 )
 
 
@@ -69,7 +70,10 @@ class Behaviour:
     headers of a good reply and half its body, then resets the connection; ``oversized`` a reply
     of ``size`` characters; ``hang`` waits ``delay`` seconds before answering as ``ok``;
     ``trickle`` answers as ``ok`` but sends the body one byte every ``interval`` seconds, for
-    ``delay`` seconds before the rest. ``delay`` applies to every other kind.
+    ``delay`` seconds before the rest; ``processing`` sends an interim ``102 Processing`` response
+    every ``interval`` seconds for ``delay`` seconds (as a gateway keeps a connection alive while
+    its upstream works), then answers as ``ok``: the reply's headers never come while it does.
+    ``delay`` applies to every other kind.
     """
 
     kind: str = "ok"
@@ -160,7 +164,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
         fake._enter(record)
         try:
-            if behaviour.kind != "trickle" and behaviour.delay and fake._stop.wait(behaviour.delay):
+            if behaviour.kind == "processing" and not self._processing(behaviour):
+                return
+            if behaviour.kind not in ("trickle", "processing") and behaviour.delay and fake._stop.wait(behaviour.delay):
                 return
             route = self.path.partition("?")[0]  # a query (Azure's api-version) is not part of the route
             if route.endswith("/chat/completions"):
@@ -279,6 +285,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             self._send(200, payload)
+
+    def _processing(self, b: Behaviour) -> bool:
+        """``102 Processing`` every ``b.interval`` seconds for ``b.delay`` seconds: whether the
+        client is still there to answer."""
+        ends = time.monotonic() + b.delay
+        try:
+            while time.monotonic() < ends:
+                self.wfile.write(b"HTTP/1.1 102 Processing\r\n\r\n")
+                self.wfile.flush()
+                if self.server.fake._stop.wait(b.interval):
+                    return False
+        except OSError:  # the client gave up and closed the connection
+            self.close_connection = True
+            return False
+        return True
 
     def _trickle(self, data: bytes, b: Behaviour) -> None:
         """Send the headers, then ``data`` a byte at a time for ``b.delay`` seconds, then the rest:

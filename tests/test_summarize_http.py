@@ -9,6 +9,8 @@ import base64
 import gc
 import json
 import logging
+import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -508,13 +510,15 @@ def test_a_request_the_client_refuses_to_send_is_not_retried(fake, tmp_path, mon
     assert_valid(view)
 
 
-def test_deadline_cuts_a_hanging_attempt(fake, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_deadline_cuts_a_hanging_attempt(fake, tmp_path, mode):
     fake.default = Behaviour("hang", delay=3.0)
     compactor = make(fake.base_url, "openai", tmp_path, deadline=0.3, timeout={"connect": 2.0, "read": 10.0})
-    _, record = compactor.compact_with_record(synthetic_history("SESSION-MARKER-d", FULL_ROUNDS), "s")
+    _, record = run(compactor, synthetic_history("SESSION-MARKER-d", FULL_ROUNDS), "s", mode)
     compactor.close()
     assert len(fake.requests) == 1
-    assert "deadline of 0.3s passed while waiting (read timeout" in failure_of(record)
+    # the read timeout and the attempt's limit are both cut to the deadline: either ends the wait
+    assert re.search(r"deadline of 0.3s passed while waiting \((read|reply) timeout", failure_of(record))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -544,6 +548,23 @@ def test_a_trickling_reply_times_out_and_is_retried(fake, tmp_path, mode):
     elapsed = time.monotonic() - started
     compactor.close()
     assert elapsed < 10.0
+    assert len(fake.requests) == 2
+    assert failure_of(record).endswith("reply timeout: no complete reply within 1.5s (gave up after 2 attempts)")
+    assert_valid(view)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_interim_responses_that_hold_the_headers_back_time_the_attempt_out(fake, tmp_path, mode):
+    """A gateway that keeps the connection alive with ``102 Processing`` while its upstream works:
+    every read of the socket gets something and the reply's headers never come, so only the
+    attempt's own limit (connect + read) ends it."""
+    fake.default = Behaviour("processing", delay=30.0, interval=0.2)
+    compactor = make(fake.base_url, "openai", tmp_path, max_attempts=2, timeout={"connect": 0.5, "read": 1.0})
+    started = time.monotonic()
+    view, record = run(compactor, synthetic_history("SESSION-MARKER-p", FULL_ROUNDS), "s", mode)
+    elapsed = time.monotonic() - started
+    compactor.close()
+    assert elapsed < 6.0, f"the turn took {elapsed:.1f} s"  # the server would hold each attempt 30 s
     assert len(fake.requests) == 2
     assert failure_of(record).endswith("reply timeout: no complete reply within 1.5s (gave up after 2 attempts)")
     assert_valid(view)
@@ -1036,11 +1057,58 @@ def test_sync_client_is_reused_and_closed(fake, tmp_path, protocol):
             _, record = compactor.compact_with_record(synthetic_history(f"SESSION-MARKER-{sid}", FULL_ROUNDS), sid)
             assert record.errors == ()
         plugin = compactor.pm.get_plugin(f"summarize-{protocol}")
-        client = plugin._client
-        assert client is not None
+        sender = plugin._sync
+        assert sender is not None
     assert len(fake.requests) == 3
     assert len({r.client_port for r in fake.requests}) == 1  # one pooled connection
-    assert plugin._client is None and client.is_closed
+    assert plugin._sync is None and sender.client.is_closed and not sender._thread.is_alive()
+
+
+def test_sync_turns_of_many_threads_share_one_client_and_run_at_once(fake, tmp_path):
+    import threading
+
+    fake.default = Behaviour(delay=0.3)  # hold each reply so that the requests overlap
+    results: dict[str, CompactionRecord] = {}
+    with make(fake.base_url, "openai", tmp_path) as compactor:
+
+        def serve(sid: str) -> None:
+            results[sid] = compactor.compact_with_record(synthetic_history(f"SESSION-MARKER-{sid}", FULL_ROUNDS), sid)[
+                1
+            ]
+
+        threads = [threading.Thread(target=serve, args=(f"t{n}",)) for n in range(8)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+    assert sorted(results) == [f"t{n}" for n in range(8)]
+    for sid, record in results.items():
+        assert record.errors == () and f"SESSION-MARKER-{sid}" in record.summary_text
+    assert fake.peak_in_flight > 1 and elapsed < 8 * 0.3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_worker_summarizes_through_a_client_of_its_own(fake, tmp_path):
+    """The sync API's requests run on a thread of the plugin's, which does not run in a forked
+    child: the child makes its own, and its turn is summarized."""
+    import signal
+
+    with make(fake.base_url, "anthropic", tmp_path) as compactor:
+        assert compactor.compact_with_record(synthetic_history("SESSION-MARKER-p", FULL_ROUNDS), "p")[1].errors == ()
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 when its turn was summarized
+            code = 2
+            try:
+                signal.alarm(20)
+                record = compactor.compact_with_record(synthetic_history("SESSION-MARKER-c", FULL_ROUNDS), "c")[1]
+                code = 0 if record.errors == () and record.tier is CompactionTier.FULL else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(fake.requests) == 2
 
 
 def test_async_client_is_reused_and_closed(fake, tmp_path):

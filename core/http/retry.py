@@ -2,8 +2,8 @@
 
 The retry logic is sans-IO: :func:`exchange` is a generator that yields what to do next
 (:class:`Send` a request, or :class:`Sleep`) and is sent back what happened (an
-:class:`HttpResponse` or the transport's exception). :func:`run_sync` answers it with an
-``httpx.Client`` and ``time.sleep``, :func:`run_async` with an ``httpx.AsyncClient`` and
+:class:`HttpResponse` or the transport's exception). :func:`run_sync` answers it with a blocking
+transport and ``time.sleep``, :func:`run_async` with an ``httpx.AsyncClient`` and
 ``asyncio.sleep``; nothing else differs between the two, so they cannot drift apart.
 
 Policy:
@@ -12,8 +12,9 @@ Policy:
   up to ``max_attempts`` attempts in all and never past the overall ``deadline``;
 - an attempt as a whole (waiting for a pooled connection, connecting, sending, reading the whole
   reply) ends after the connect and the read timeout together, or when the deadline passes: a
-  reply that trickles in, a byte now and then, never trips the read timeout, which limits each
-  read of the socket; such an attempt fails with a reply timeout and is retried;
+  reply that trickles in, a byte now and then (or interim ``102 Processing`` responses while its
+  headers never come), never trips the read timeout, which limits each read of the socket; such
+  an attempt fails with a reply timeout and is retried;
 - between attempts: exponential backoff with jitter, or exactly what ``Retry-After`` says on any
   status that is retried (seconds or an HTTP date), as the providers' own clients do;
 - any other 4xx, a request the HTTP client refuses to send, and every problem with the reply's

@@ -5,8 +5,10 @@ headers and the JSON body of a request (:meth:`~HttpSummarizer.build_body`,
 :meth:`~HttpSummarizer.build_headers`), and how to read a decoded reply
 (:meth:`~HttpSummarizer.read_reply`). Everything else is here, once: the prompt, the API key, the
 checks every reply goes through, the retry loop (:mod:`progressive_compactor.http.retry`), and the
-two transports, ``httpx.Client`` for ``summarize`` and ``httpx.AsyncClient`` for ``asummarize``,
-each created on first use and reused across calls (connection pooling). An ``AsyncClient``'s
+transport: an ``httpx.AsyncClient``, created on first use and reused across calls (connection
+pooling); ``summarize`` waits in the caller's thread for one that runs on an event loop in a
+thread of the plugin's own (:class:`SyncSender`), so an attempt ends at its limit for the sync
+API as for the async one. An ``AsyncClient``'s
 connections belong to the event loop that opened them, so there is one per loop, closed by
 ``aclose()`` in that loop, or else as the loop shuts down (``asyncio.run`` does that) or by
 ``close()`` when the loop is no longer running.
@@ -23,12 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import os
 import re
 import threading
-import time
-from typing import Any, AsyncGenerator, ClassVar, Mapping
+from typing import Any, AsyncGenerator, Callable, ClassVar, Coroutine, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import attrs
@@ -66,6 +68,9 @@ from .retry import (
 )
 
 MISSING = object()
+INHERITED: list[Any] = []
+"""The sync senders a forked process inherited from its parent: kept referenced, never used and
+never closed (their thread does not run in the child)."""
 
 
 @attrs.frozen
@@ -206,6 +211,55 @@ def provider_message(body: bytes) -> str:
     return " ".join(message.split())[:300]
 
 
+class SyncSender:
+    """Sends the sync API's requests with an ``httpx.AsyncClient`` on an event loop in a thread of
+    its own, and waits for each attempt in the caller's thread: ``asyncio.wait_for`` ends an
+    attempt at its limit wherever it waits, reply headers included (a sync ``httpx.Client`` can
+    only look at the clock between the chunks of a body). One per plugin and process; its
+    connections are pooled, shared by the caller's threads."""
+
+    def __init__(self, asend: Callable[[Any, HttpCall, Send], Coroutine[Any, Any, HttpResponse]]):
+        import httpx
+
+        self.pid = os.getpid()
+        self._asend = asend
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="progressive-compactor-http", daemon=True)
+        self._thread.start()
+        self.client = httpx.AsyncClient(follow_redirects=False)
+
+    def send(self, call: HttpCall, step: Send) -> HttpResponse:
+        """One attempt; :class:`ReplyTimeout` past ``step.limit`` (the loop ends it there; this
+        thread stops waiting a second later whatever happens)."""
+        attempt = asyncio.run_coroutine_threadsafe(self._asend(self.client, call, step), self._loop)
+        try:
+            return attempt.result(step.limit + 1.0)
+        except concurrent.futures.TimeoutError:
+            attempt.cancel()
+            raise ReplyTimeout() from None
+
+    def close(self) -> None:
+        """End the attempts under way, close the client and the loop, and end the thread (in the
+        process that made it: a forked child's copy of the loop and its connections is left alone)."""
+        if self.pid != os.getpid() or self._loop.is_closed():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shut(), self._loop).result(5.0)
+        except concurrent.futures.TimeoutError:  # the loop is stopped all the same
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5.0)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _shut(self) -> None:
+        under_way = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in under_way:
+            task.cancel()
+        await asyncio.gather(*under_way, return_exceptions=True)
+        await self.client.aclose()
+
+
 class HttpSummarizer:
     """Base of the HTTP summarizer plugins; see the module docstring."""
 
@@ -230,7 +284,7 @@ class HttpSummarizer:
         password = urlsplit(self.config.base_url).password or ""
         self.secrets.add(password)  # masked in error messages as written and as sent
         self.secrets.add(unquote(password))
-        self._client: Any = None
+        self._sync: SyncSender | None = None
         self._aclients: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
         """Each event loop's ``AsyncClient``, with the generator that closes it (see
         :meth:`_async_client`)."""
@@ -409,8 +463,8 @@ class HttpSummarizer:
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         try:
             call = self.build_call(request)
-            client = self._sync_client()
-            return run_sync(self._exchange(request), lambda step: self._send(client, call, step))
+            sender = self._sync_sender()
+            return run_sync(self._exchange(request), lambda step: sender.send(call, step))
         except SummarizerError as error:
             failure = self._redacted(error)
         raise failure
@@ -429,20 +483,10 @@ class HttpSummarizer:
         raise failure
 
     # httpx's timeouts limit each operation (one read of the socket, say), not an attempt as a
-    # whole: a reply that trickles in would keep an attempt going past the deadline. Each
-    # transport ends it at ``step.limit``.
-
-    @staticmethod
-    def _send(client: Any, call: HttpCall, step: Send) -> HttpResponse:
-        ends = time.monotonic() + step.limit
-        headers, timeout = dict(call.headers), httpx_timeout(step)
-        with client.stream("POST", call.url, headers=headers, content=call.body, timeout=timeout) as response:
-            body = bytearray()
-            for chunk in response.iter_bytes():  # checked between the chunks the server sends
-                body += chunk
-                if time.monotonic() > ends:
-                    raise ReplyTimeout()
-            return as_response(response, bytes(body))
+    # whole: a reply that trickles in, or interim ``102 Processing`` responses that a gateway
+    # sends while the reply's headers never come, would keep an attempt going past the deadline.
+    # ``asyncio.wait_for`` ends it at ``step.limit`` wherever it waits, so the sync API sends
+    # through an ``AsyncClient`` too (:class:`SyncSender`).
 
     @staticmethod
     async def _asend(client: Any, call: HttpCall, step: Send) -> HttpResponse:
@@ -455,12 +499,16 @@ class HttpSummarizer:
             raise ReplyTimeout() from None
         return as_response(response)
 
-    def _sync_client(self) -> Any:
-        if self._client is None:
-            import httpx
-
-            self._client = httpx.Client(follow_redirects=False)
-        return self._client
+    def _sync_sender(self) -> SyncSender:
+        """The sync API's sender, made on first use (anew in a forked child, where the parent's
+        thread does not run; the parent's is left untouched)."""
+        with self._alock:
+            if self._sync is not None and self._sync.pid != os.getpid():
+                INHERITED.append(self._sync)  # kept referenced: nothing of it is closed in the child
+                self._sync = None
+            if self._sync is None:
+                self._sync = SyncSender(self._asend)
+            return self._sync
 
     async def _async_client(self) -> Any:
         """The running loop's ``AsyncClient``. Pooled connections belong to the loop that opened
@@ -493,11 +541,12 @@ class HttpSummarizer:
             await client.aclose()
 
     def close(self) -> None:
-        """Close the sync client, and the async clients of loops that are not running (a running
-        loop's client is closed by ``aclose()`` in it or as that loop shuts down)."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Close the sync API's client, and the async clients of loops that are not running (a
+        running loop's client is closed by ``aclose()`` in it or as that loop shuts down)."""
+        with self._alock:
+            sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.close()
         with self._alock:
             idle = [(loop, closer) for loop, (_, closer) in self._aclients.items() if not loop.is_running()]
         for loop, closer in idle:
