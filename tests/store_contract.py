@@ -320,6 +320,47 @@ def check_threads_wait_for_a_silent_server_once(backend: Backend, bound: float) 
     assert slowest < bound, f"a turn took {slowest:.1f} s"
 
 
+def check_a_fork_while_a_thread_connects_does_not_hang_the_child(backend: Backend) -> None:
+    """A worker forked while one of the parent's threads waits for a first connection (to a
+    server that never answers), holding the plugin's connection lock: that thread does not run in
+    the child, nor does anything release the lock there. The child's turn must fail open within
+    the timeout, not wait for it forever."""
+    import select
+    import signal
+    import warnings
+
+    history = warn_history()
+    worker = backend.compactor(context_window=window_for(history, 0.85))
+    db = worker.pm.get_plugin(f"state-{backend.kind}").db
+    connecting = threading.Thread(target=worker.compact_with_record, args=(history, "parent"))
+    connecting.start()
+    while db._lock.acquire(blocking=False):  # until the thread holds it, connecting
+        db._lock.release()
+        time.sleep(0.01)
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with a thread running
+        pid = os.fork()
+    if pid == 0:  # the child: a turn of its own
+        try:
+            view, record = worker.compact_with_record(history, "child")
+            os.write(write, json.dumps([problems(view), list(record.errors)]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        answered = select.select([read], [], [], 8.0)[0]
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        assert answered, "the forked child hung on the connection lock of its parent's thread"
+        found, errors = json.loads(os.read(read, 65536))
+        assert found == [] and any(e.startswith("loading session state failed") for e in errors), errors
+    finally:
+        os.close(read)
+        connecting.join()
+
+
 def check_a_reply_that_trickles_in_fails_open_within_the_timeout(backend: Backend, server: Any, proxy: Any) -> None:
     """The server's answers come a byte at a time (a network that loses most packets, a choking
     proxy): each read of the socket gets something, so no socket timeout fires, and the state's

@@ -27,6 +27,7 @@ from store_contract import (
     Backend,
     StoreContract,
     alone,
+    check_a_fork_while_a_thread_connects_does_not_hang_the_child,
     check_a_malformed_connection_string_is_a_config_error,
     check_a_reply_that_trickles_in_fails_open_within_the_timeout,
     check_a_server_down_fails_open,
@@ -522,3 +523,14 @@ def test_a_server_silent_after_the_login_fails_open_within_a_few_timeouts_and_le
     assert problems(view) == [] and any("loading session state failed" in e for e in record.errors)
     assert took < 5, f"the turn took {took:.1f} s with a 0.5 s timeout"
     assert left == []
+
+
+def test_a_fork_while_a_thread_connects_does_not_hang_the_child(unique_name, tmp_path, request):
+    with silent_host() as port:
+        backend = Backend(
+            "postgres",
+            {"dsn": f"postgresql://agents:pw@127.0.0.1:{port}/agents", "schema": unique_name, "timeout": 2},
+            tmp_path,
+        )
+        request.addfinalizer(backend.close)
+        check_a_fork_while_a_thread_connects_does_not_hang_the_child(backend)

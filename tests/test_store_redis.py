@@ -24,6 +24,7 @@ from store_contract import (
     Backend,
     StoreContract,
     alone,
+    check_a_fork_while_a_thread_connects_does_not_hang_the_child,
     check_a_malformed_connection_string_is_a_config_error,
     check_a_reply_that_trickles_in_fails_open_within_the_timeout,
     check_a_server_down_fails_open,
@@ -372,3 +373,12 @@ def test_threads_wait_for_a_server_that_never_answers_once_not_once_each(unique_
 
 def test_a_reply_that_trickles_in_fails_open_within_the_timeout(backend, redis_server, proxy):
     check_a_reply_that_trickles_in_fails_open_within_the_timeout(backend, redis_server, proxy)
+
+
+def test_a_fork_while_a_thread_connects_does_not_hang_the_child(unique_name, tmp_path, request):
+    with silent_host() as port:
+        backend = Backend(
+            "redis", {"url": f"redis://:pw@127.0.0.1:{port}/0", "prefix": f"{unique_name}:", "timeout": 2}, tmp_path
+        )
+        request.addfinalizer(backend.close)
+        check_a_fork_while_a_thread_connects_does_not_hang_the_child(backend)

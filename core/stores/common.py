@@ -12,6 +12,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, NoReturn
 
@@ -103,6 +104,23 @@ WATCHDOG = _Watchdog()
 INHERITED: list[object] = []
 """Connections and pools a forked process inherited from its parent: kept referenced, never used
 and never closed (closing them from the child could end the parent's sessions)."""
+_RENEWED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def renew_lock_after_fork(database: Any) -> None:
+    """Give ``database`` a new ``_lock`` in a forked child: one of the parent's threads may hold
+    it at the fork (connecting to a server, up to ``timeout``), and that thread does not run in
+    the child, so nothing would ever release it there."""
+    _RENEWED.add(database)
+
+
+def _forked() -> None:
+    for database in list(_RENEWED):
+        database._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def encode(text: str) -> bytes:

@@ -49,6 +49,7 @@ from .common import (
     connection_string,
     fail,
     is_storable,
+    renew_lock_after_fork,
     require_module,
     shown,
     storable_id,
@@ -168,6 +169,7 @@ class PostgresDatabase:
         self._migrated = False
         self._masking = False
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     def where(self, kind: str) -> str:
         return f"{self.safe_dsn} {self.settings.schema}.{TABLES[kind]}"

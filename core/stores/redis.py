@@ -56,6 +56,7 @@ from .common import (
     connection_check,
     connection_string,
     fail,
+    renew_lock_after_fork,
     require_module,
     shown,
     usable_timeout,
@@ -268,6 +269,7 @@ class RedisDatabase:
         self._scripts: dict[str, Any] = {}
         self._pid = 0
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     def where(self, kind: str) -> str:
         return f"{self.safe_url} {self.settings.prefix}{KEYS[kind]}*"
