@@ -248,7 +248,8 @@ class RedisSettings:
     """Seconds a session's keys live after its last write (state: after its last turn; offloaded
     results: at least that, at most twice, after the last turn that loaded its state); 0: until deleted."""
     timeout: float = attrs.field(default=10.0, validator=setting_check(usable_timeout, TIMEOUT_RULE))
-    """Seconds to connect and to wait for any one reply."""
+    """Seconds to connect and to wait for any one reply (one still coming in, a byte now and then,
+    ``timeout`` + 1 s after it was awaited is given up)."""
 
 
 class RedisDatabase:
