@@ -29,6 +29,7 @@ from progressive_compactor.cli.app import cli
 from progressive_compactor.errors import ConfigError, StorageError
 from progressive_compactor.models import Message, SessionState
 from progressive_compactor.testing import build_history, problems, window_for
+from timeouts import forked_answer
 
 SECRET = "sk-contract-secret-7f3a9c1e5b"
 """An API key that reaches tool results and the summary: it must never be stored."""
@@ -325,9 +326,6 @@ def check_a_fork_while_a_thread_connects_does_not_hang_the_child(backend: Backen
     server that never answers), holding the plugin's connection lock: that thread does not run in
     the child, nor does anything release the lock there. The child's turn must fail open within
     the timeout, not wait for it forever."""
-    import select
-    import signal
-    import warnings
 
     history = warn_history()
     worker = backend.compactor(context_window=window_for(history, 0.85))
@@ -337,27 +335,16 @@ def check_a_fork_while_a_thread_connects_does_not_hang_the_child(backend: Backen
     while db._lock.acquire(blocking=False):  # until the thread holds it, connecting
         db._lock.release()
         time.sleep(0.01)
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with a thread running
-        pid = os.fork()
-    if pid == 0:  # the child: a turn of its own
-        try:
-            view, record = worker.compact_with_record(history, "child")
-            os.write(write, json.dumps([problems(view), list(record.errors)]).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
+
+    def child_turn() -> list[Any]:  # the child: a turn of its own
+        view, record = worker.compact_with_record(history, "child")
+        return [problems(view), list(record.errors)]
+
     try:
-        answered = select.select([read], [], [], 8.0)[0]
-        if not answered:
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        assert answered, "the forked child hung on the connection lock of its parent's thread"
-        found, errors = json.loads(os.read(read, 65536))
+        what = "the forked child hung on the connection lock of its parent's thread"
+        found, errors = forked_answer(child_turn, 8.0, what)
         assert found == [] and any(e.startswith("loading session state failed") for e in errors), errors
     finally:
-        os.close(read)
         connecting.join()
 
 

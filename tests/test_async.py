@@ -14,6 +14,7 @@ from fake_provider import FULL_ROUNDS, MARKER, Behaviour, FakeProvider, compacto
 from progressive_compactor import EMERGENCY_ERROR, AsyncSession, CompactionTier, ProgressiveCompactor
 from progressive_compactor.messages import message_from_dict, view_problems
 from progressive_compactor.testing import compaction_message
+from timeouts import child_exit_code
 
 SESSIONS = 50
 
@@ -336,7 +337,6 @@ def test_a_worker_forked_while_a_thread_serves_a_session_serves_that_session(tmp
     run in the child, so neither does anything hold the session there; the child's turn of it is
     served (it used to wait for the parent's lock forever)."""
     import threading
-    import time
 
     from progressive_compactor.plugin import hookimpl
 
@@ -369,13 +369,4 @@ def test_a_worker_forked_while_a_thread_serves_a_session_serves_that_session(tmp
                 os._exit(code)
         answer.set()
         serving.join()
-        for _ in range(200):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked worker's turn of the session hung")
-    assert os.waitstatus_to_exitcode(status) == 0
+        assert child_exit_code(pid, what="the forked worker's turn of the session hung") == 0

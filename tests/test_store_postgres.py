@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 
@@ -40,6 +39,7 @@ from store_contract import (
     tool,
     warn_history,
 )
+from timeouts import child_exit_code
 
 
 @pytest.fixture
@@ -424,16 +424,7 @@ def test_a_worker_forked_while_the_watchdog_holds_its_lock_does_not_hang(backend
             os._exit(code)
     forked.set()
     holder.join()
-    for _ in range(200):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked worker hung")
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert child_exit_code(pid, what="the forked worker hung") == 0
 
 
 def test_a_text_offloaded_while_another_session_naming_it_is_deleted_fails_neither(backend):

@@ -25,6 +25,7 @@ from progressive_compactor.errors import StorageError
 from progressive_compactor.stores import sqlite as sqlite_backend
 from progressive_compactor.testing import build_history, problems, window_for
 from store_contract import Backend, StoreContract, warn_history
+from timeouts import forked_answer
 
 
 @pytest.fixture
@@ -343,9 +344,6 @@ def test_a_large_text_is_stored_once_however_many_handles_name_it(backend):
 def test_a_fork_while_another_thread_waits_for_the_write_lock_does_not_hang_the_child(backend):
     """A worker forked while one of the parent's threads is inside a write (waiting for another
     process's write lock) serves its turns: the lock that thread held is not the child's."""
-    import select
-    import signal
-    import warnings
 
     store = backend.compactor(config=backend.config(timeout=5.0)).pm.get_plugin("store-sqlite")
     store.db.add_record("r0", "s", "{}")
@@ -357,25 +355,12 @@ def test_a_fork_while_another_thread_waits_for_the_write_lock_does_not_hang_the_
         store.db._lock.release()
         time.sleep(0.01)
     time.sleep(0.2)  # in SQLite's wait for the lock, no longer taking it
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with a thread running
-        pid = os.fork()
-    if pid == 0:  # the child: reads the records the parent kept
-        try:
-            os.write(write, json.dumps(store.db.read_records("s")).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    try:
-        answered = select.select([read], [], [], 4.0)[0]
-        if not answered:
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        assert answered, "the forked child hung on the lock of its parent's thread"
-        assert json.loads(os.read(read, 65536)) == ["{}"]
+    try:  # the child reads the records the parent kept
+        found = forked_answer(
+            lambda: store.db.read_records("s"), 4.0, "the forked child hung on the lock of its parent's thread"
+        )
+        assert found == ["{}"]
     finally:
-        os.close(read)
         blocker.execute("ROLLBACK")
         blocker.close()
         waiting.join()

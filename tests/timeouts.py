@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 
 class Blocked(BaseException):
@@ -28,3 +28,54 @@ def no_hang(seconds: float = 1.0) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def child_exit_code(pid: int, seconds: float = 10.0, what: str = "the forked child hung") -> int:
+    """The exit code of the forked child ``pid``; killed, and the test failed with ``what``, when
+    it has not exited within ``seconds``."""
+    import os
+    import time
+
+    import pytest
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(what)
+
+
+def forked_answer(work: Callable[[], Any], seconds: float, what: str) -> Any:
+    """What ``work()`` returns (anything JSON can carry), run in a forked child; the child killed
+    and the test failed with ``what`` when it has not answered within ``seconds``."""
+    import json
+    import os
+    import select
+    import warnings
+
+    import pytest
+
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with a thread running
+        pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, json.dumps(work()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        answered = select.select([read], [], [], seconds)[0]
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        if not answered:
+            pytest.fail(what)
+        return json.loads(os.read(read, 1 << 20))
+    finally:
+        os.close(read)
