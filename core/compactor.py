@@ -101,7 +101,7 @@ class ProgressiveCompactor:
         self._plugin_names = {role: name for role, name in roles.items() if name != "none"}
         self._tiers = TierRunner(self.config, self.hooks, self.secrets)
         self._usage = UsageAnchors(config.context_window, self.secrets.redact)
-        self._memory = SessionMemory(config.cached_sessions, self._usage)
+        self._memory = SessionMemory(config.cached_sessions, self._usage, config.async_threads)
         """The sessions' caches (the most recently compacted), and a lock per session served."""
 
     # --- compacting ---------------------------------------------------------------------------

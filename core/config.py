@@ -170,6 +170,11 @@ class CompactorConfig:
     megabyte for a few hundred messages) one compactor keeps in memory: beyond it the least
     recently compacted session's is dropped, and its next turn reads its history again, as a
     worker that never served it would (its state is in the state store)."""
+    async_threads: int = 4
+    """Threads the async API runs its turns' own steps in (loading and saving the state, offloads,
+    records), shared by all the compactor's sessions: turns of that many sessions wait on their
+    stores at once. More only help while stores are slow to answer (a database across the
+    network); a turn's own work is Python's. The stores' ``pool_size`` (4) is a good match."""
     data_dir: str | None = None
     """Where plugins keep files (``{data_dir}`` in their settings). Default: the environment
     variable ``COMPACTOR_DATA_DIR``, else a per-user data folder (``~/.local/share/...``)."""

@@ -84,7 +84,7 @@ class SessionMemory:
     """The caches of the ``limit`` most recently compacted sessions, the usage corrections of the same
     sessions, and a lock per session being served (thread-safe)."""
 
-    def __init__(self, limit: int, usage: UsageAnchors):
+    def __init__(self, limit: int, usage: UsageAnchors, threads: int = 4):
         self.caches: RecentlyUsed[SessionCache] = RecentlyUsed(limit, on_drop=usage.forget)
         self.usage = usage
         self._guard = threading.Lock()
@@ -93,6 +93,7 @@ class SessionMemory:
             asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Lock, list[int]]]
         ] = weakref.WeakKeyDictionary()
         self._steps: tuple[ThreadPoolExecutor, int] | None = None
+        self._threads = threads
         _MEMORIES.add(self)
 
     def _forked(self) -> None:
@@ -110,16 +111,18 @@ class SessionMemory:
             self.forget(session_id)
 
     def steps(self) -> ThreadPoolExecutor:
-        """The thread the async API runs its turns' own steps in (:func:`advanced`): one, as a
-        turn's work is Python's but its waits on stores; more would only take the interpreter
-        from the event loop. Made anew in a forked child, whose parent's thread does not run."""
+        """The threads the async API runs its turns' own steps in (:func:`advanced`): a few
+        (``async_threads``), so that turns of other sessions wait on their stores at once, not in
+        line; a turn's own work is Python's, which more threads would not speed up. Made anew in a
+        forked child, whose parent's threads do not run."""
         with self._guard:
             if self._steps is None or self._steps[1] != os.getpid():
-                self._steps = (ThreadPoolExecutor(1, thread_name_prefix="progressive-compactor"), os.getpid())
+                pool = ThreadPoolExecutor(self._threads, thread_name_prefix="progressive-compactor")
+                self._steps = (pool, os.getpid())
             return self._steps[0]
 
     def close(self) -> None:
-        """Let the steps' thread end once it is idle (a later async turn starts another)."""
+        """Let the steps' threads end once they are idle (a later async turn starts others)."""
         with self._guard:
             steps, self._steps = self._steps, None
         if steps is not None and steps[1] == os.getpid():

@@ -64,6 +64,7 @@ def core_problems(config: CompactorConfig) -> list[str]:
         "max_summary_tokens": "the largest summary, in tokens",
         "intent_max_chars": "how much of the user's request is kept verbatim, in characters",
         "cached_sessions": "how many sessions' caches a compactor keeps in memory",
+        "async_threads": "threads the async API runs its turns' steps in",
     }
     for name, meaning in positive.items():
         value = getattr(config, name)

@@ -370,3 +370,37 @@ def test_a_worker_forked_while_a_thread_serves_a_session_serves_that_session(tmp
         answer.set()
         serving.join()
         assert child_exit_code(pid, what="the forked worker's turn of the session hung") == 0
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_async_turns_of_other_sessions_wait_on_their_stores_together(tmp_path, threads):
+    """``async_threads`` turns of other sessions wait on their stores at once (a state store across
+    the network answers each in its own time), never more: a store slow to answer does not make
+    every session of the process wait in line."""
+    import threading
+    import time
+
+    from progressive_compactor.plugin import hookimpl
+
+    waiting = [0, 0]  # now, at most
+    guard = threading.Lock()
+
+    class SlowStateStore:
+        @hookimpl(tryfirst=True)
+        def load_state(self, session_id):
+            with guard:
+                waiting[0] += 1
+                waiting[1] = max(waiting)
+            time.sleep(0.2)  # a server slow to answer
+            with guard:
+                waiting[0] -= 1
+
+    async def main():
+        with ProgressiveCompactor(
+            "classic", data_dir=str(tmp_path), async_threads=threads, extra_plugins=[("slow", SlowStateStore())]
+        ) as c:
+            return await asyncio.gather(*(c.acompact(synthetic_history(marker(i), 3), f"s{i}") for i in range(8)))
+
+    views = asyncio.run(main())
+    assert all(valid(view) for view in views)
+    assert waiting[1] == threads

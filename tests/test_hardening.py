@@ -656,6 +656,7 @@ def test_records_that_are_not_utf8_are_skipped_with_their_file_and_line(tmp_path
         ("plugins: {tokens: none}", "the tokens role cannot be empty"),
         ("plugins: {state: none}", "the state role cannot be empty"),
         ("offload_threshold: -5", "offload_threshold must be more than 0, got -5"),
+        ("async_threads: 0", "async_threads must be more than 0, got 0"),
         ("config: {offload-files: {preview_lines: -1}}", "preview_lines must be 0 or more, got -1"),
     ],
 )
