@@ -10,6 +10,9 @@
 3. **Fleet.** 4 worker processes serve every turn of 20 corpus sessions (16k window: every tier
    happens), sessions side by side, each turn on a random idle worker; next to it, one process with
    its state in memory serving the same turns one after the other.
+4. **Async sessions, a distant server.** 50 sessions' next turns at once through the async API
+   of one compactor on PostgreSQL, through the proxy holding every answer back 5 ms (a server
+   across a network), with ``async_threads`` 1 and 4: turns per second.
 
 PostgreSQL and Redis are started from the machine's binaries in a temporary folder (as
 ``tests/servers.py`` does for the tests), unless given::
@@ -23,6 +26,7 @@ Goal: a turn that changes nothing costs at most one round trip to the server.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import shutil
@@ -64,9 +68,10 @@ def blocks(kind: str, conn: dict[str, str]) -> dict[str, Any]:
 
 
 def compactor(kind: str, conn: dict[str, str], data_dir: str, window: int) -> ProgressiveCompactor:
-    return ProgressiveCompactor(
-        "default", context_window=window, data_dir=data_dir, **plugins(kind), **blocks(kind, conn)
-    )
+    """A compactor on ``kind``'s stores. At a window no history reaches, ``classic`` (thresholds
+    alone) never compacts; ``default`` would, once compacting pays for itself."""
+    config = "classic" if window == HUGE else "default"
+    return ProgressiveCompactor(config, context_window=window, data_dir=data_dir, **plugins(kind), **blocks(kind, conn))
 
 
 def tier_none(files: list[Path], kinds: list[str], conn: dict[str, str], root: Path) -> dict[str, list[float]]:
@@ -107,6 +112,44 @@ def round_trips(files: list[Path], kind: str, conn: dict[str, str], root: Path) 
     c.close()
     proxy.close()
     return counted, turns
+
+
+def async_turns_per_second(kind: str, conn: dict[str, str], root: Path, threads: int, delay: float) -> float:
+    """Turns per second of 50 sessions' next turns at once (the async API, one compactor), with
+    every answer of the server held back ``delay`` seconds."""
+    port = int(re.search(r"@[^:/]+:(\d+)", conn[kind]).group(1))  # type: ignore[union-attr]
+    proxy = TcpProxy(port)
+    via = {kind: conn[kind].replace(f":{port}/", f":{proxy.port}/")}
+    history = [{"role": "user", "content": "Fix the failing test."}]
+    for i in range(3):
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+        history += [{"role": "assistant", "content": None, "tool_calls": [call]}]
+        history += [{"role": "tool", "tool_call_id": f"call_{i}", "content": "ok " * 100}]
+    later = [*history, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Go on."}]
+    sessions = [f"async-{i}" for i in range(50)]
+
+    async def run() -> float:
+        c = ProgressiveCompactor(
+            "default",
+            data_dir=str(root / f"async-{threads}"),
+            async_threads=threads,
+            **plugins(kind),
+            **blocks(kind, via),
+        )
+        async with c:
+            await asyncio.gather(*(c.acompact_with_record(history, s) for s in sessions))  # connected, saved
+            proxy.delay = delay
+            t0 = time.perf_counter()
+            results = await asyncio.gather(*(c.acompact_with_record(later, s) for s in sessions))
+            seconds = time.perf_counter() - t0
+            proxy.delay = 0
+        assert all(not record.errors for _, record in results), [r.errors for _, r in results if r.errors][:1]
+        return len(sessions) / seconds
+
+    try:
+        return asyncio.run(run())
+    finally:
+        proxy.close()
 
 
 def fleet(corpus: Path, kind: str, conn: dict[str, str], root: Path, sessions: int) -> tuple[int, float]:
@@ -184,6 +227,12 @@ def main() -> None:
             n, secs = fleet(args.corpus, kind, conn, root, args.sessions)
             label = "state-files (+ files)" if kind == "files" else f"{kind} (state, records, offloads)"
             print(f"| 4 workers, {label} | {n} | {secs:.2f} | {n / secs:.0f} |")
+
+        print("\nAsync sessions: 50 next turns at once, one compactor, PostgreSQL with every answer 5 ms late")
+        print("| async_threads | turns per second |")
+        print("|---|---|")
+        for threads in (1, 4):
+            print(f"| {threads} | {async_turns_per_second('postgres', conn, root, threads, 0.005):.0f} |")
         print(f"\n{os.cpu_count()} CPU cores on this machine; the servers run on it too.")
     finally:
         for server in started.values():
