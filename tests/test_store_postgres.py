@@ -200,7 +200,9 @@ def test_a_sqlalchemy_url_is_refused_with_the_fix(tmp_path):
 def test_what_psycopg_logs_never_holds_the_password(postgres_server, unique_name, tmp_path, caplog, monkeypatch):
     """Should a connection string that libpq cannot read reach the driver after all, what it says
     (which repeats it whole) is masked, as is anything psycopg and its pool log while a pool is open."""
-    monkeypatch.setattr(pg_backend, "_UNREACHABLE", {})  # the server is not marked down for the next tests
+    monkeypatch.setattr(
+        pg_backend, "_UNREACHABLE", pg_backend.Pauses("unreachable")
+    )  # the server is not marked down for the next tests
     loggers = [logging.getLogger("psycopg.pool"), logging.getLogger("psycopg")]
     before = [list(logger.filters) for logger in loggers]  # pools other tests left open keep their filter
     backend = Backend("postgres", {"dsn": postgres_server.dsn, "schema": unique_name, "timeout": 1}, tmp_path)

@@ -101,6 +101,32 @@ class _Watchdog:
 WATCHDOG = _Watchdog()
 
 
+PAUSE = 3.0
+"""Seconds (at most the store's ``timeout``) every call fails at once after one waited in vain."""
+
+
+class Pauses:
+    """What failed lately, by key (a server's connection string, a database file), and why: while
+    its pause lasts every call fails at once, so a turn waits for a server that cannot be reached
+    (or a lock that is not let go) once, not once per write, nor once per thread queued behind it.
+    Shared by the plugins of a process."""
+
+    def __init__(self, what: str):
+        self.what = what
+        """What the error says the key is: ``unreachable``, ``locked``."""
+        self._until: dict[str, tuple[float, str]] = {}
+
+    def start(self, key: str, timeout: float, why: str) -> None:
+        self._until[key] = (time.monotonic() + min(timeout, PAUSE), why)
+
+    def check(self, key: str, where: str, path: str | None = None) -> None:
+        """Raise :class:`StorageError` while ``key``'s pause lasts."""
+        paused = self._until.get(key)
+        if paused is not None and time.monotonic() < paused[0]:
+            message = f"{where}: {self.what}, not tried again for a few seconds ({paused[1]})"
+            raise StorageError(message, path=path or where)
+
+
 INHERITED: list[object] = []
 """Connections and pools a forked process inherited from its parent: kept referenced, never used
 and never closed (closing them from the child could end the parent's sessions)."""

@@ -31,7 +31,6 @@ import math
 import os
 import re
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, TypeVar
 
 import attrs
@@ -45,6 +44,7 @@ from .common import (
     TIMEOUT_RULE,
     WATCHDOG,
     MaskedLogs,
+    Pauses,
     connection_check,
     connection_string,
     fail,
@@ -80,10 +80,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 """Step *n* takes the schema from version *n* to *n + 1*; append a step to change it."""
 MIGRATION_LOCK = 0x636F6D70  # pg_advisory_xact_lock key while migrating ("comp")
-UNREACHABLE_PAUSE = 3.0
-"""Seconds (at most ``timeout``) every call fails at once after the server could not be reached."""
-_UNREACHABLE: dict[str, tuple[float, str]] = {}
-"""Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
+_UNREACHABLE = Pauses("unreachable")
+"""Servers (by connection string) that could not be reached lately."""
 TABLES = {"state": "compactor_state", "records": "compactor_records", "offloads": "compactor_offloads"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
@@ -287,9 +285,7 @@ class PostgresDatabase:
     def _run(self, work: Callable[[Any], T], pool: Any = None) -> T:
         """``work(connection)`` on a pooled connection; once more on a fresh one when the
         connection turns out to be lost (a server restart, a dropped connection). A server that
-        cannot be reached fails every call at once for a few seconds (:data:`UNREACHABLE_PAUSE`),
-        so a turn waits for it once, not once per write, and the threads queued behind the first
-        connection (:meth:`_ready`) do not wait for it again in turn."""
+        cannot be reached fails every call at once for a few seconds (:class:`.common.Pauses`)."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
@@ -317,15 +313,11 @@ class PostgresDatabase:
         raise AssertionError("unreachable")
 
     def _not_down(self) -> None:
-        """Fail at once while the server could not be reached lately (:data:`UNREACHABLE_PAUSE`)."""
-        down = _UNREACHABLE.get(self.server_key)
-        if down is not None and time.monotonic() < down[0]:
-            where = f"PostgreSQL {self.safe_dsn}"
-            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
+        _UNREACHABLE.check(self.server_key, f"PostgreSQL {self.safe_dsn}")
 
     def _unreachable(self, cause: str) -> str:
         text = self.secrets.redact(mask_passwords(" ".join(cause.split())))
-        _UNREACHABLE[self.server_key] = (time.monotonic() + min(self.settings.timeout, UNREACHABLE_PAUSE), text)
+        _UNREACHABLE.start(self.server_key, self.settings.timeout, text)
         return text
 
     def _run_direct(self, work: Callable[[Any], T], where: str, waited: BaseException) -> T:

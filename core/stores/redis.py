@@ -40,7 +40,6 @@ import functools
 import os
 import re
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import attrs
@@ -53,6 +52,7 @@ from .common import (
     INHERITED,
     TIMEOUT_RULE,
     WATCHDOG,
+    Pauses,
     connection_check,
     connection_string,
     fail,
@@ -67,10 +67,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 SCHEMA_VERSION = 1
-UNREACHABLE_PAUSE = 3.0
-"""Seconds (at most ``timeout``) every call fails at once after the server could not be reached."""
-_UNREACHABLE: dict[str, tuple[float, str]] = {}
-"""Connection string -> (until when calls fail at once, why), shared by the plugins of a process."""
+_UNREACHABLE = Pauses("unreachable")
+"""Servers (by connection string) that could not be reached lately."""
 KEYS = {"state": "state:", "records": "records:", "offloads": "offloads:"}
 URL_SHAPE = "redis://[[user]:password@]host:6379/0, rediss://... for TLS, or unix:///path/to/redis.sock"
 
@@ -334,9 +332,7 @@ class RedisDatabase:
     def _run(self, work: Callable[[Any], T]) -> T:
         """``work(client)``; once more on a new connection when the connection was lost. A
         server that cannot be reached (or does not answer in time) fails every call at once for a
-        few seconds (:data:`UNREACHABLE_PAUSE`), so a turn waits for it once, not once per write,
-        and the threads queued behind the first connection (:meth:`_ready`) do not wait for it
-        again in turn."""
+        few seconds (:class:`.common.Pauses`)."""
         import redis
 
         where = f"Redis {self.safe_url}"
@@ -363,15 +359,11 @@ class RedisDatabase:
         raise AssertionError("unreachable")
 
     def _not_down(self) -> None:
-        """Fail at once while the server could not be reached lately (:data:`UNREACHABLE_PAUSE`)."""
-        down = _UNREACHABLE.get(self.server_key)
-        if down is not None and time.monotonic() < down[0]:
-            where = f"Redis {self.safe_url}"
-            raise StorageError(f"{where}: unreachable, not tried again for a few seconds ({down[1]})", path=where)
+        _UNREACHABLE.check(self.server_key, f"Redis {self.safe_url}")
 
     def _unreachable(self, exc: BaseException) -> None:
         text = self.secrets.redact(mask_passwords(" ".join(f"{type(exc).__name__}: {exc}".split())))
-        _UNREACHABLE[self.server_key] = (time.monotonic() + min(self.settings.timeout, UNREACHABLE_PAUSE), text)
+        _UNREACHABLE.start(self.server_key, self.settings.timeout, text)
 
     def _script(self, name: str, keys: list[bytes], args: list[Any]) -> Any:
         return self._run(lambda client: self._scripts[name](keys=keys, args=args, client=client))

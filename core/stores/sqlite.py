@@ -39,7 +39,16 @@ import attrs
 from ..converters import setting_check
 from ..errors import ConfigError, StorageError
 from ..storage import private_dir
-from .common import INHERITED, TIMEOUT_RULE, fail, is_storable, storable_id, storable_text, usable_timeout
+from .common import (
+    INHERITED,
+    TIMEOUT_RULE,
+    Pauses,
+    fail,
+    is_storable,
+    storable_id,
+    storable_text,
+    usable_timeout,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -72,10 +81,8 @@ _SESSIONS = {
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _COMPANION = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 log = logging.getLogger("progressive_compactor")
-LOCKED_PAUSE = 3.0
-"""Seconds (at most ``timeout``) every write fails at once after one waited for the lock in vain."""
-_LOCKED: dict[str, tuple[float, str]] = {}
-"""Database file -> (until when writes fail at once, why), shared by the plugins of a process."""
+_LOCKED = Pauses("locked")
+"""Database files whose write lock a write of this process waited for in vain lately."""
 _OPEN: weakref.WeakSet[SqliteDatabase] = weakref.WeakSet()
 """Every database of the process, whose locks a forked child takes afresh."""
 
@@ -244,8 +251,7 @@ class SqliteDatabase:
         """``work(conn)`` under the process's lock; with ``transaction``, in one ``BEGIN
         IMMEDIATE`` transaction (committed when it returns, rolled back when it raises). A write
         that waited ``timeout`` for another process's write lock in vain makes every write fail at
-        once for a few seconds (:data:`LOCKED_PAUSE`), so a turn waits for it once, not once per
-        write, and the threads queued behind that wait do not wait for it again in turn."""
+        once for a few seconds (:class:`.common.Pauses`)."""
         import sqlite3
 
         where = f"SQLite database {self.path}"
@@ -271,14 +277,11 @@ class SqliteDatabase:
                 if self._conn is not None:
                     self._roll_back(self._conn)
                 if writes and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                    _LOCKED[str(self.path)] = (time.monotonic() + min(self.timeout, LOCKED_PAUSE), str(exc))
+                    _LOCKED.start(str(self.path), self.timeout, str(exc))
                 fail(where, exc, self.secrets)
 
     def _not_locked(self, where: str) -> None:
-        """Fail at once while a write of the process waited for the write lock in vain lately."""
-        locked = _LOCKED.get(str(self.path))
-        if locked is not None and time.monotonic() < locked[0]:
-            raise StorageError(f"{where}: locked, not tried again for a few seconds ({locked[1]})", path=str(self.path))
+        _LOCKED.check(str(self.path), where, path=str(self.path))
 
     def _roll_back(self, conn: sqlite3.Connection) -> None:
         """Roll back ``conn``'s transaction, if it is in one; when that fails, drop this process's
