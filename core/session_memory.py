@@ -92,7 +92,7 @@ class SessionMemory:
         self._alocks: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, tuple[asyncio.Lock, list[int]]]
         ] = weakref.WeakKeyDictionary()
-        self._steps: tuple[ThreadPoolExecutor, int] | None = None
+        self._steps: ThreadPoolExecutor | None = None
         self._threads = threads
         _MEMORIES.add(self)
 
@@ -105,6 +105,7 @@ class SessionMemory:
         self._guard = threading.Lock()
         self._locks = {}
         self._alocks = weakref.WeakKeyDictionary()
+        self._steps = None  # the parent's threads do not run here: the next async turn starts others
         self.caches.forked()
         self.usage.forked()
         for session_id in served:
@@ -114,19 +115,18 @@ class SessionMemory:
         """The threads the async API runs its turns' own steps in (:func:`advanced`): a few
         (``async_threads``), so that turns of other sessions wait on their stores at once, not in
         line; a turn's own work is Python's, which more threads would not speed up. Made anew in a
-        forked child, whose parent's threads do not run."""
+        forked child (:meth:`_forked`), whose parent's threads do not run."""
         with self._guard:
-            if self._steps is None or self._steps[1] != os.getpid():
-                pool = ThreadPoolExecutor(self._threads, thread_name_prefix="progressive-compactor")
-                self._steps = (pool, os.getpid())
-            return self._steps[0]
+            if self._steps is None:
+                self._steps = ThreadPoolExecutor(self._threads, thread_name_prefix="progressive-compactor")
+            return self._steps
 
     def close(self) -> None:
         """Let the steps' threads end once they are idle (a later async turn starts others)."""
         with self._guard:
             steps, self._steps = self._steps, None
-        if steps is not None and steps[1] == os.getpid():
-            steps[0].shutdown(wait=False)
+        if steps is not None:
+            steps.shutdown(wait=False)
 
     def keep(self, session_id: str, cache: SessionCache) -> None:
         """Keep the session's cache, and an anchor for its usage reports, dropped with it (the
