@@ -130,19 +130,19 @@ class Pauses:
 INHERITED: list[object] = []
 """Connections and pools a forked process inherited from its parent: kept referenced, never used
 and never closed (closing them from the child could end the parent's sessions)."""
-_RENEWED: weakref.WeakSet[Any] = weakref.WeakSet()
+_RENEWED: weakref.WeakKeyDictionary[Any, Callable[[], Any]] = weakref.WeakKeyDictionary()
 
 
-def renew_lock_after_fork(database: Any) -> None:
-    """Give ``database`` a new ``_lock`` in a forked child: one of the parent's threads may hold
-    it at the fork (connecting to a server, up to ``timeout``), and that thread does not run in
-    the child, so nothing would ever release it there."""
-    _RENEWED.add(database)
+def renew_lock_after_fork(database: Any, make: Callable[[], Any] = threading.Lock) -> None:
+    """Give ``database`` a new ``_lock`` (made by ``make``) in a forked child: one of the
+    parent's threads may hold it at the fork (connecting to a server, up to ``timeout``), and that
+    thread does not run in the child, so nothing would ever release it there."""
+    _RENEWED[database] = make
 
 
 def _forked() -> None:
-    for database in list(_RENEWED):
-        database._lock = threading.Lock()
+    for database, make in list(_RENEWED.items()):
+        database._lock = make()
 
 
 if hasattr(os, "register_at_fork"):

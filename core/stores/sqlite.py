@@ -30,7 +30,6 @@ import os
 import stat
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -45,6 +44,7 @@ from .common import (
     Pauses,
     fail,
     is_storable,
+    renew_lock_after_fork,
     storable_id,
     storable_text,
     usable_timeout,
@@ -83,19 +83,6 @@ _COMPANION = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os
 log = logging.getLogger("progressive_compactor")
 _LOCKED = Pauses("locked")
 """Database files whose write lock a write of this process waited for in vain lately."""
-_OPEN: weakref.WeakSet[SqliteDatabase] = weakref.WeakSet()
-"""Every database of the process, whose locks a forked child takes afresh."""
-
-
-def _forked() -> None:
-    """In a forked child: a new lock for each database, so the child never waits for a lock that
-    one of its parent's threads held at the fork (that thread does not run in the child)."""
-    for database in list(_OPEN):
-        database._lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 
 @attrs.frozen
@@ -161,7 +148,7 @@ class SqliteDatabase:
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._lock = threading.RLock()
-        _OPEN.add(self)
+        renew_lock_after_fork(self, threading.RLock)
 
     def where(self, kind: str) -> str:
         return f"{self.path} ({TABLES[kind]})"
