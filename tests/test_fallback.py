@@ -21,6 +21,7 @@ from progressive_compactor.plugins.fallback_token_budget import (
 )
 from progressive_compactor.plugins.tokens_chars import CharTokens
 from progressive_compactor.testing import (
+    FixedPolicy,
     RecordingSummarizer,
     build_history,
     compaction_message,
@@ -505,17 +506,6 @@ def test_a_newest_exchange_that_cannot_fit_even_shortened_is_dropped_with_a_note
 # --- the window is a limit, whatever the plugins answer ------------------------------------------
 
 
-class AsksAtMost:
-    """A third-party policy that never asks for more than ``tier``, whatever the view's size."""
-
-    def __init__(self, tier):
-        self.tier = tier
-
-    @hookimpl(tryfirst=True)
-    def determine_tier(self, ratio, tokens, context_window, turn):
-        return self.tier
-
-
 @pytest.mark.parametrize(
     "tier, plugins",
     [
@@ -531,7 +521,7 @@ def test_the_window_is_a_limit_whatever_the_policy_and_the_tiers_answer(make_com
     tier role left empty) ends in the Emergency truncation, and the record says why."""
     history = build_history([3000] * 10)
     window = window_for(history, 1.9)
-    compactor = make_compactor(context_window=window, plugins=plugins, extra_plugins=[("lax", AsksAtMost(tier))])
+    compactor = make_compactor(context_window=window, plugins=plugins, extra_plugins=[("lax", FixedPolicy(tier))])
     results = compact_three_ways(compactor, history)
     for view, record in results:
         assert problems(view) == []
@@ -547,7 +537,7 @@ def test_a_policy_that_asks_too_little_within_the_window_is_obeyed(make_compacto
     """Only the window overrules a policy: at 90 % of it, a policy that says None is obeyed."""
     history = build_history([3000] * 10)
     compactor = make_compactor(
-        context_window=window_for(history, 0.9), extra_plugins=[("lax", AsksAtMost(CompactionTier.NONE))]
+        context_window=window_for(history, 0.9), extra_plugins=[("lax", FixedPolicy(CompactionTier.NONE))]
     )
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.NONE and view == history
@@ -560,7 +550,7 @@ def test_enforce_window_false_sends_what_the_policy_decided(make_compactor):
     compactor = make_compactor(
         context_window=window_for(history, 1.9),
         enforce_window=False,
-        extra_plugins=[("lax", AsksAtMost(CompactionTier.NONE))],
+        extra_plugins=[("lax", FixedPolicy(CompactionTier.NONE))],
     )
     view, record = compactor.compact_with_record(history)
     assert record.tier is CompactionTier.NONE and record.escalations == () and view == history
