@@ -297,12 +297,9 @@ def silent_host() -> Iterator[int]:
         hole.close()
 
 
-def check_threads_wait_for_a_silent_server_once(backend: Backend, bound: float) -> None:
-    """A worker's threads serve turns of eight sessions on a server that never answers: the first
-    connection is waited for (``timeout``), and the threads queued behind that wait fail at once
-    (each used to wait ``timeout`` in turn: eight times the timeout for the last turn)."""
-    history = warn_history()
-    worker = backend.compactor(context_window=window_for(history, 0.85))
+def turns_at_once(worker: ProgressiveCompactor, history: list[dict[str, Any]], count: int = 8) -> dict[int, Any]:
+    """Turns of ``count`` sessions (``s0``, ``s1``...), each in a thread of its own, all at once:
+    each one's (seconds, view problems, record errors)."""
     turns: dict[int, tuple[float, list[str], tuple[str, ...]]] = {}
 
     def serve(n: int) -> None:
@@ -310,11 +307,20 @@ def check_threads_wait_for_a_silent_server_once(backend: Backend, bound: float) 
         view, record = worker.compact_with_record(history, f"s{n}")
         turns[n] = (time.monotonic() - started, problems(view), record.errors)
 
-    threads = [threading.Thread(target=serve, args=(n,)) for n in range(8)]
+    threads = [threading.Thread(target=serve, args=(n,)) for n in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return turns
+
+
+def check_threads_wait_for_a_silent_server_once(backend: Backend, bound: float) -> None:
+    """A worker's threads serve turns of eight sessions on a server that never answers: the first
+    connection is waited for (``timeout``), and the threads queued behind that wait fail at once
+    (each used to wait ``timeout`` in turn: eight times the timeout for the last turn)."""
+    history = warn_history()
+    turns = turns_at_once(backend.compactor(context_window=window_for(history, 0.85)), history)
     assert len(turns) == 8 and all(found == [] for _, found, _ in turns.values())
     assert all(any("loading session state failed" in e for e in errors) for *_, errors in turns.values())
     slowest = max(took for took, _, _ in turns.values())

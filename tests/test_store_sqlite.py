@@ -24,7 +24,7 @@ from progressive_compactor import CompactionTier, ProgressiveCompactor, Session
 from progressive_compactor.errors import StorageError
 from progressive_compactor.stores import sqlite as sqlite_backend
 from progressive_compactor.testing import build_history, problems, window_for
-from store_contract import Backend, StoreContract, warn_history
+from store_contract import Backend, StoreContract, turns_at_once, warn_history
 from timeouts import forked_answer
 
 
@@ -204,19 +204,8 @@ def test_threads_queued_behind_a_write_waiting_for_the_lock_do_not_each_wait_the
     compactor.compact_with_record(history[:6], "s")  # the schema exists
     blocker = sqlite3.connect(backend.tmp_path / "compactor.sqlite3", isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # another process in a long write
-    turns: dict[int, tuple[float, list[str], tuple[str, ...]]] = {}
-
-    def serve(n: int) -> None:
-        started = time.monotonic()
-        view, record = compactor.compact_with_record(history, f"s{n}")
-        turns[n] = (time.monotonic() - started, problems(view), record.errors)
-
-    threads = [threading.Thread(target=serve, args=(n,)) for n in range(8)]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        turns = turns_at_once(compactor, history)
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
