@@ -48,14 +48,14 @@ class RecentlyUsed(Generic[V]):
         self.limit = limit
         self.on_drop = on_drop
         self._values: OrderedDict[str, V] = OrderedDict()
-        self._guard = threading.Lock()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._values)
 
     def get(self, session_id: str) -> V | None:
         """The session's value, now the most recently used, or None."""
-        with self._guard:
+        with self._lock:
             value = self._values.get(session_id)
             if value is not None:
                 self._values.move_to_end(session_id)
@@ -63,7 +63,7 @@ class RecentlyUsed(Generic[V]):
 
     def put(self, session_id: str, value: V) -> None:
         """Keep ``value`` as the session's; drop the least recently used beyond the limit."""
-        with self._guard:
+        with self._lock:
             self._values[session_id] = value
             self._values.move_to_end(session_id)
             dropped = [self._values.popitem(last=False)[0] for _ in range(len(self._values) - self.limit)]
@@ -72,12 +72,12 @@ class RecentlyUsed(Generic[V]):
                 self.on_drop(each)
 
     def pop(self, session_id: str) -> None:
-        with self._guard:
+        with self._lock:
             self._values.pop(session_id, None)
 
     def forked(self) -> None:
         """In a forked child: a lock of its own (one a parent's thread held at the fork stays held)."""
-        self._guard = threading.Lock()
+        self._lock = threading.Lock()
 
 
 class SessionMemory:

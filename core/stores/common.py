@@ -12,7 +12,6 @@ import secrets
 import socket
 import threading
 import time
-import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, NoReturn
 
@@ -130,23 +129,6 @@ class Pauses:
 INHERITED: list[object] = []
 """Connections and pools a forked process inherited from its parent: kept referenced, never used
 and never closed (closing them from the child could end the parent's sessions)."""
-_RENEWED: weakref.WeakKeyDictionary[Any, Callable[[], Any]] = weakref.WeakKeyDictionary()
-
-
-def renew_lock_after_fork(database: Any, make: Callable[[], Any] = threading.Lock) -> None:
-    """Give ``database`` a new ``_lock`` (made by ``make``) in a forked child: one of the
-    parent's threads may hold it at the fork (connecting to a server, up to ``timeout``), and that
-    thread does not run in the child, so nothing would ever release it there."""
-    _RENEWED[database] = make
-
-
-def _forked() -> None:
-    for database, make in list(_RENEWED.items()):
-        database._lock = make()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 
 def encode(text: str) -> bytes:

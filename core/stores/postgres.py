@@ -37,6 +37,7 @@ import attrs
 
 from ..converters import setting_check
 from ..errors import StorageError
+from ..forks import renew_lock_after_fork
 from ..redaction import mask_passwords
 from .common import (
     ANSWER_GRACE,
@@ -49,7 +50,6 @@ from .common import (
     connection_string,
     fail,
     is_storable,
-    renew_lock_after_fork,
     require_module,
     shown,
     storable_id,

@@ -46,6 +46,7 @@ import attrs
 
 from ..converters import setting_check
 from ..errors import StorageError
+from ..forks import renew_lock_after_fork
 from ..redaction import mask_passwords
 from .common import (
     ANSWER_GRACE,
@@ -56,7 +57,6 @@ from .common import (
     connection_check,
     connection_string,
     fail,
-    renew_lock_after_fork,
     require_module,
     shown,
     usable_timeout,

@@ -37,6 +37,7 @@ import attrs
 
 from ..converters import setting_check
 from ..errors import ConfigError, StorageError
+from ..forks import renew_lock_after_fork
 from ..storage import private_dir
 from .common import (
     INHERITED,
@@ -44,7 +45,6 @@ from .common import (
     Pauses,
     fail,
     is_storable,
-    renew_lock_after_fork,
     storable_id,
     storable_text,
     usable_timeout,
