@@ -44,6 +44,7 @@ from .errors import (
     SummarizerError,
 )
 from .facts import bound_text, extract_facts, first_user_request, one_line
+from .forks import renew_lock_after_fork
 from .hookspecs import hookimpl
 from .messages import (
     ANTHROPIC_KEY,
@@ -239,6 +240,7 @@ __all__ = [
     "remove",
     "remove_leftovers",
     "rename",
+    "renew_lock_after_fork",
     "replace_content",
     "root_for",
     "safe_name",

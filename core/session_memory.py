@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
+from .forks import renew_lock_after_fork
 from .session_cache import SessionCache
 from .usage import UsageAnchors
 
@@ -41,14 +42,16 @@ POLL_SECONDS = 0.002
 
 
 class RecentlyUsed(Generic[V]):
-    """Values by session id, for the ``limit`` sessions used most recently (thread-safe); a
-    value dropped beyond the limit is handed to ``on_drop`` with its session id."""
+    """Values by session id, for the ``limit`` sessions used most recently (thread-safe, with a
+    lock of its own in a forked child); a value dropped beyond the limit is handed to ``on_drop``
+    with its session id."""
 
     def __init__(self, limit: int, on_drop: Callable[[str], None] | None = None):
         self.limit = limit
         self.on_drop = on_drop
         self._values: OrderedDict[str, V] = OrderedDict()
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     def __len__(self) -> int:
         return len(self._values)
@@ -74,10 +77,6 @@ class RecentlyUsed(Generic[V]):
     def pop(self, session_id: str) -> None:
         with self._lock:
             self._values.pop(session_id, None)
-
-    def forked(self) -> None:
-        """In a forked child: a lock of its own (one a parent's thread held at the fork stays held)."""
-        self._lock = threading.Lock()
 
 
 class SessionMemory:
@@ -106,7 +105,6 @@ class SessionMemory:
         self._locks = {}
         self._alocks = weakref.WeakKeyDictionary()
         self._steps = None  # the parent's threads do not run here: the next async turn starts others
-        self.caches.forked()
         self.usage.forked()
         for session_id in served:
             self.forget(session_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from progressive_compactor.plugin import SessionInfo, SessionState, hookimpl
+from progressive_compactor.plugin import SessionInfo, SessionState, hookimpl, renew_lock_after_fork
 
 
 class MemoryState:
@@ -13,6 +13,7 @@ class MemoryState:
         self.states: dict[str, SessionState] = {}
         self.updated: dict[str, float] = {}
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     @hookimpl(trylast=True)
     def load_state(self, session_id: str) -> SessionState | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
+import os
 import sys
 
 import attrs
@@ -35,6 +36,7 @@ from progressive_compactor.testing import (
     tool_turn,
     window_for,
 )
+from timeouts import forked_while_held
 
 
 @pytest.fixture
@@ -733,6 +735,19 @@ def test_save_state_is_compare_and_set(state_store):
     assert info.session_id == "s"
     state_store.on_delete_session("s")
     assert state_store.load_state("s") is None and state_store.list_sessions() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_state_store_forked_while_a_thread_holds_its_lock_saves_and_loads(state_store):
+    """Forked while another thread saves or reads a state (holding the store's lock for an
+    instant): the child's saves and loads do not wait for that thread, which does not run there."""
+    lock = state_store._read._lock if hasattr(state_store, "_read") else state_store._lock
+
+    def child_turn() -> list[object]:
+        saved = state_store.save_state("s", SessionState(summary="child", version=1))
+        return [saved, state_store.load_state("s").summary]
+
+    assert forked_while_held(lock, child_turn) == [True, "child"]
 
 
 def test_state_files_names_the_session_and_keeps_a_lock_per_session(tmp_path):

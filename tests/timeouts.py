@@ -79,3 +79,26 @@ def forked_answer(work: Callable[[], Any], seconds: float, what: str) -> Any:
         return json.loads(os.read(read, 1 << 20))
     finally:
         os.close(read)
+
+
+def forked_while_held(lock: Any, work: Callable[[], Any], seconds: float = 5.0) -> Any:
+    """What ``work()`` returns (as :func:`forked_answer`) in a child forked while another thread
+    of the parent holds ``lock``, as any of its threads may at any instant: that thread does not
+    run in the child, so the child must not wait for it. The test fails when the child hangs."""
+    import threading
+
+    held, forked = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            forked.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        return forked_answer(work, seconds, "the forked child waited for a lock its parent's thread held")
+    finally:
+        forked.set()
+        holder.join()
