@@ -22,10 +22,11 @@ import pytest
 
 from progressive_compactor import CompactionTier, ProgressiveCompactor, Session
 from progressive_compactor.errors import StorageError
+from progressive_compactor.models import SessionState
 from progressive_compactor.stores import sqlite as sqlite_backend
 from progressive_compactor.testing import build_history, problems, window_for
 from store_contract import Backend, StoreContract, turns_at_once, warn_history
-from timeouts import forked_answer
+from timeouts import forked_answer, forked_while_held
 
 
 @pytest.fixture
@@ -354,6 +355,18 @@ def test_a_fork_while_another_thread_waits_for_the_write_lock_does_not_hang_the_
         blocker.close()
         waiting.join()
     assert store.db.read_records("s") == ["{}", "{}"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_fork_while_a_thread_keeps_a_parsed_state_does_not_hang_the_child(backend):
+    """The state plugin's cache of parsed states (every database plugin's) is the child's own."""
+    state = backend.compactor().pm.get_plugin("state-sqlite")
+
+    def child_turn() -> list[object]:
+        saved = state.save_state("s", SessionState(summary="child", version=1))
+        return [saved, state.load_state("s").summary]
+
+    assert forked_while_held(state._lock, child_turn) == [True, "child"]
 
 
 @pytest.mark.parametrize(

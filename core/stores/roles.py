@@ -24,6 +24,7 @@ import attrs
 
 from ..converters import record_from_dict, record_to_json, state_from_json, state_to_json, unreadable
 from ..errors import OffloadError, StorageError
+from ..forks import renew_lock_after_fork
 from ..hookspecs import hookimpl
 from ..models import CompactionRecord, Message, OffloadEntry, SessionInfo, SessionState
 from ..notice import changed_view
@@ -71,6 +72,7 @@ class DatabaseState(_DatabasePlugin):
         super().__init__(config, context)
         self._cache: dict[str, tuple[str, SessionState]] = {}
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     def _remember(self, session_id: str, stamp: str, state: SessionState) -> None:
         with self._lock:
