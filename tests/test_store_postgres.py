@@ -39,7 +39,7 @@ from store_contract import (
     tool,
     warn_history,
 )
-from timeouts import child_exit_code
+from timeouts import child_exit_code, forked_while_held
 
 
 @pytest.fixture
@@ -427,6 +427,14 @@ def test_a_worker_forked_while_the_watchdog_holds_its_lock_does_not_hang(backend
     forked.set()
     holder.join()
     assert child_exit_code(pid, what="the forked worker hung") == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_worker_forked_while_a_thread_masks_the_driver_logs_connects(backend):
+    """Forked while another thread attaches (or detaches) the masking of psycopg's logs, which
+    the child's first connection attaches too."""
+    worker = backend.compactor()  # not connected yet
+    assert forked_while_held(pg_backend.DRIVER_LOGS._lock, lambda: worker.state("s").version) == 0
 
 
 def test_a_text_offloaded_while_another_session_naming_it_is_deleted_fails_neither(backend):

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, NoReturn
 
 from ..converters import SettingError
 from ..errors import ConfigError, StorageError
+from ..forks import renew_lock_after_fork
 from ..redaction import PASSWORD_MASK, SecretRegistry, connection_passwords, mask_passwords
 
 MAX_TIMEOUT = 2_147_483
@@ -257,6 +258,7 @@ class MaskedLogs(logging.Filter):
         self.loggers = loggers
         self._registries: list[SecretRegistry] = []
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     def attach(self, registry: SecretRegistry) -> None:
         """Mask ``registry``'s secrets until :meth:`detach` is called as often as this."""
