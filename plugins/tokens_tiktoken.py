@@ -141,7 +141,7 @@ class TiktokenTokens:
         self.config = config or self.Config()
         self._encoding: Any = None
         self._cache: OrderedDict[Any, int] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._lock = threading.Lock()
 
     def _encode(self, text: str) -> int:
         if self._encoding is None:
@@ -161,13 +161,13 @@ class TiktokenTokens:
             return self._encode(text)
         # a long text is kept by its digest: the cache holds counts, not the texts of every session
         key = text if len(text) <= CACHED_TEXT else hashlib.blake2b(text.encode("utf-8", "surrogatepass")).digest()
-        with self._cache_lock:
+        with self._lock:
             n = self._cache.get(key)
             if n is not None:
                 self._cache.move_to_end(key)
                 return n
         n = self._encode(text)
-        with self._cache_lock:
+        with self._lock:
             self._cache[key] = n
             if len(self._cache) > self.config.cache_size:
                 self._cache.popitem(last=False)

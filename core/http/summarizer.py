@@ -288,7 +288,7 @@ class HttpSummarizer:
         self._aclients: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
         """Each event loop's ``AsyncClient``, with the generator that closes it (see
         :meth:`_async_client`)."""
-        self._alock = threading.Lock()
+        self._lock = threading.Lock()
         if self.config.api_key_env and not os.environ.get(self.config.api_key_env):
             raise ConfigError(
                 [
@@ -502,7 +502,7 @@ class HttpSummarizer:
     def _sync_sender(self) -> SyncSender:
         """The sync API's sender, made on first use (anew in a forked child, where the parent's
         thread does not run; the parent's is left untouched)."""
-        with self._alock:
+        with self._lock:
             if self._sync is not None and self._sync.pid != os.getpid():
                 INHERITED.append(self._sync)  # kept referenced: nothing of it is closed in the child
                 self._sync = None
@@ -517,7 +517,7 @@ class HttpSummarizer:
         (called by ``asyncio.run`` before it closes the loop) closes every async generator still
         suspended. So each client comes with one, suspended until then, that closes it."""
         loop = asyncio.get_running_loop()
-        with self._alock:
+        with self._lock:
             entry = self._aclients.get(loop)
             if entry is not None:
                 return entry[0]
@@ -535,7 +535,7 @@ class HttpSummarizer:
         try:
             yield
         finally:
-            with self._alock:
+            with self._lock:
                 if self._aclients.get(loop, (None,))[0] is client:
                     del self._aclients[loop]
             await client.aclose()
@@ -543,22 +543,22 @@ class HttpSummarizer:
     def close(self) -> None:
         """Close the sync API's client, and the async clients of loops that are not running (a
         running loop's client is closed by ``aclose()`` in it or as that loop shuts down)."""
-        with self._alock:
+        with self._lock:
             sync, self._sync = self._sync, None
         if sync is not None:
             sync.close()
-        with self._alock:
+        with self._lock:
             idle = [(loop, closer) for loop, (_, closer) in self._aclients.items() if not loop.is_running()]
         for loop, closer in idle:
             if loop.is_closed():
-                with self._alock:
+                with self._lock:
                     self._aclients.pop(loop, None)
             else:
                 loop.run_until_complete(closer.aclose())
 
     async def aclose(self) -> None:
         """Close the running loop's async client."""
-        with self._alock:
+        with self._lock:
             entry = self._aclients.get(asyncio.get_running_loop())
         if entry is not None:
             await entry[1].aclose()
