@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from progressive_compactor.lab.experiment import (
     unpaired_difference,
 )
 from progressive_compactor.testing import build_history
+from timeouts import forked_while_held
 
 WEIGHTS = [("a", 0.2), ("b", 0.3), ("c", 0.5)]
 
@@ -180,6 +182,15 @@ def test_live_traffic_writes_each_sessions_variant_into_its_records(tmp_path):
         records = list(read_records(tmp_path / "records" / f"{sid}.jsonl"))
         assert len(records) == 2
         assert {r.variant for r in records} == {router.experiment.assign(sid)}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_worker_forked_while_a_thread_assigns_a_variant_assigns_its_own(tmp_path):
+    """Forked while another thread assigns a session its variant (holding the lock over a load
+    and a save of the session's state): the child assigns its sessions theirs."""
+    path = write(tmp_path, "exp.yaml", f"data_dir: {tmp_path}\nexperiment:\n  variants: {{a: {{}}, b: {{}}}}\n")
+    router = ExperimentCompactor(path)
+    assert forked_while_held(router._lock, lambda: router.variant_of("s")) == router.experiment.assign("s")
 
 
 # --- statistics -------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ import attrs
 from ..compactor import SAVE_ATTEMPTS, History, ProgressiveCompactor, TurnResult
 from ..config import CompactorConfig, config_to_dict, deep_merge, read_config_data
 from ..errors import CompactorError, ConfigError, StateConflictError
+from ..forks import renew_lock_after_fork
 from ..models import CompactionRecord, CompactionTier, SessionState
 from ..options import keyword_plugins
 from ..pricing import DEFAULT_PRICES, Cost, PriceTable, call_cost
@@ -268,6 +269,7 @@ class ExperimentCompactor(ProgressiveCompactor):
         self._assigned: RecentlyUsed[str] = RecentlyUsed(self.config.cached_sessions)
         """A memo of the variants stored with the sessions' states."""
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
         self._warned: set[str] = set()
 
     # --- the session's variant ----------------------------------------------------------------
