@@ -47,6 +47,7 @@ from progressive_compactor.models import AnchorType, CompactionRecord, Facts, Me
 from progressive_compactor.plugins.summarize_anthropic import AnthropicSummarizer
 from progressive_compactor.plugins.summarize_openai import OpenAISummarizer
 from progressive_compactor.testing import compaction_message
+from timeouts import forked_while_held
 
 PROTOCOLS = ["openai", "anthropic"]
 MODES = ["sync", "async"]
@@ -1109,6 +1110,20 @@ def test_a_forked_worker_summarizes_through_a_client_of_its_own(fake, tmp_path):
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(fake.requests) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_worker_forked_while_a_thread_makes_a_client_summarizes(fake, tmp_path):
+    """Forked while another thread makes the plugin's client (holding its lock while httpx loads
+    the certificates): the child's turn is summarized."""
+    with make(fake.base_url, "anthropic", tmp_path) as compactor:
+
+        def child_turn() -> list[object]:
+            record = compactor.compact_with_record(synthetic_history("SESSION-MARKER-c", FULL_ROUNDS), "c")[1]
+            return [record.tier.name, list(record.errors)]
+
+        lock = compactor.pm.get_plugin("summarize-anthropic")._lock
+        assert forked_while_held(lock, child_turn) == ["FULL", []]
 
 
 def test_async_client_is_reused_and_closed(fake, tmp_path):

@@ -37,6 +37,7 @@ import attrs
 
 from ..converters import setting_check
 from ..errors import ConfigError, SummarizerError
+from ..forks import renew_lock_after_fork
 from ..hookspecs import hookimpl
 from ..messages import as_sent, message_to_dict
 from ..models import SummaryRequest, SummaryResult
@@ -289,6 +290,7 @@ class HttpSummarizer:
         """Each event loop's ``AsyncClient``, with the generator that closes it (see
         :meth:`_async_client`)."""
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
         if self.config.api_key_env and not os.environ.get(self.config.api_key_env):
             raise ConfigError(
                 [
