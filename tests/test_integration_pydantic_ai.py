@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
@@ -52,6 +53,7 @@ from progressive_compactor.integrations.pydantic_ai import (  # noqa: E402
     to_dicts,
 )
 from progressive_compactor.testing import ListStore  # noqa: E402
+from timeouts import forked_while_held  # noqa: E402
 
 pytestmark = pytest.mark.corpus
 MAJOR = int(pydantic_ai.__version__.split(".")[0])
@@ -392,6 +394,21 @@ def test_a_finished_conversation_is_forgotten_and_its_next_run_starts_anew(make_
     assert processor.state._sessions == {} and processor.full_history("u") == []
     again = agent.run_sync("hello again", message_history=first.all_messages())
     assert processor.full_history("u", again.all_messages()) == again.all_messages()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_worker_forked_while_a_thread_takes_a_session_runs(make_compactor):
+    """Forked while another thread's run takes or drops its session (holding the processor's lock
+    for an instant): the child's runs go on."""
+    compactor = make_compactor(context_window=16_000)
+    processor = history_processor(compactor, session_id="u")
+    agent = agent_with(FunctionModel(Replayer(None, 16_000)), processor)
+
+    def child_run() -> bool:
+        result = agent.run_sync("hello")
+        return len(processor.full_history("u")) == len(result.all_messages()) - 1
+
+    assert forked_while_held(processor.state._lock, child_run) is True
 
 
 def has_capabilities() -> bool:

@@ -64,6 +64,7 @@ from pydantic_ai.messages import (
 )
 
 from ..compactor import ProgressiveCompactor
+from ..forks import renew_lock_after_fork
 from ..messages import COUNTED_KEY
 from .common import (
     READ_TOOL_DESCRIPTION,
@@ -450,6 +451,7 @@ class HistoryCompactor(Adapter):
         super().__init__(compactor, session_id=session_id, compaction_role=compaction_role, on_record=on_record)
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     def full_history(
         self, session_id: str | None = None, run_messages: Sequence[ModelMessage] | None = None
