@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import sys
 import threading
 from collections import OrderedDict
 from importlib import resources
@@ -33,7 +34,15 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from progressive_compactor.plugin import Message, PluginError, hookimpl, part_sizes, sent_extras, setting_check
+from progressive_compactor.plugin import (
+    Message,
+    PluginError,
+    hookimpl,
+    part_sizes,
+    renew_lock_after_fork,
+    sent_extras,
+    setting_check,
+)
 
 _O200K_PATTERN = "|".join(
     [
@@ -73,6 +82,7 @@ CACHED_TEXT = 256
 """A text up to this long is a key of the count cache itself; a longer one by its BLAKE2 digest."""
 _loaded: dict[str, Any] = {}
 _lock = threading.Lock()
+renew_lock_after_fork(sys.modules[__name__])  # this module's _lock
 
 
 def bpe_file(name: str) -> bytes:
@@ -142,6 +152,7 @@ class TiktokenTokens:
         self._encoding: Any = None
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
 
     def _encode(self, text: str) -> int:
         if self._encoding is None:

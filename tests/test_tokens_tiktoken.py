@@ -9,6 +9,7 @@ and an empty tiktoken cache counts a whole compaction.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from progressive_compactor.messages import message_from_dict  # noqa: E402
 from progressive_compactor.plugins import tokens_tiktoken  # noqa: E402
 from progressive_compactor.plugins.tokens_tiktoken import ENCODINGS, TiktokenTokens, bpe_file, encoding  # noqa: E402
 from progressive_compactor.testing import build_history, problems  # noqa: E402
+from timeouts import forked_while_held  # noqa: E402
 
 SAMPLES = [
     "hello world",
@@ -112,6 +114,17 @@ def test_text_the_estimate_gets_wrong_is_counted_exactly():
     cjk = message_from_dict({"role": "user", "content": "日本語のテキスト" * 300})
     assert plugin.estimate_tokens([digits])[0] == 3 + 1 + 1000  # three digits to a token: 1000, not 750
     assert plugin.estimate_tokens([cjk])[0] != 2400 // 4
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.parametrize("lock", ["encoding", "counts"])
+def test_a_worker_forked_while_a_thread_holds_a_lock_counts(lock):
+    """Forked while another thread builds an encoding (a fraction of a second) or keeps a count:
+    the child counts."""
+    plugin = TiktokenTokens()
+    held = tokens_tiktoken._lock if lock == "encoding" else plugin._lock
+    digits = message_from_dict({"role": "user", "content": "7" * 3000})
+    assert forked_while_held(held, lambda: plugin.estimate_tokens([digits])[0]) == 3 + 1 + 1000
 
 
 def test_lone_surrogates_are_counted_not_raised():
