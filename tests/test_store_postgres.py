@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import logging
 import os
+import select
+import signal
 import threading
 import time
+import warnings
 
 import psycopg
 import pytest
 
 from progressive_compactor import CompactionTier, ProgressiveCompactor
-from progressive_compactor.errors import ConfigError
+from progressive_compactor.errors import ConfigError, StorageError
 from progressive_compactor.stores import postgres as pg_backend
+from progressive_compactor.stores.common import MAX_TIMEOUT
 from progressive_compactor.testing import build_history, problems, window_for
 from servers import TcpProxy
 from store_contract import (
@@ -458,6 +462,81 @@ def test_a_text_offloaded_while_another_session_naming_it_is_deleted_fails_neith
         worker.join()
     assert errors == []
     assert "the same file" not in backend.raw()  # the text went with the last session naming it
+
+
+@pytest.mark.parametrize(
+    "timeout, statement, idle", [(0.5, "500ms", "3s"), (10, "10s", "22s"), (MAX_TIMEOUT, "2147483s", "2147483647ms")]
+)
+def test_every_connection_bounds_its_statements_and_its_idle_transactions(backend, timeout, statement, idle):
+    worker = backend.compactor(config=backend.config(timeout=timeout))
+    pool = worker.pm.get_plugin("state-postgres").db._ready()
+    with pool.connection() as conn:
+        shown = (
+            conn.execute("SHOW statement_timeout").fetchone()[0],
+            conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0],
+        )
+    assert shown == (statement, idle)  # 2 x (timeout + 1 s), at most PostgreSQL's 32-bit limit
+
+
+def test_a_worker_stopped_inside_a_transaction_blocks_the_others_for_a_bounded_time(backend):
+    # A worker stopped (SIGSTOP, a debugger, a frozen VM, a network lost without a reset) inside
+    # an offload's transaction holds the text's row lock, and no watchdog of its own runs to give
+    # it up: the server ends a session idle in a transaction for 2 x (timeout + 1 s), its locks
+    # with it, and the other workers' offloads and deletes of that text go through again.
+    timeout = 0.5
+    config = backend.config(timeout=timeout)
+    text = "the same file, read by two workers\n" * 200
+    other = backend.compactor(config=config).pm.get_plugin("offload-postgres")
+    other.offload(tool("call_0", text), "kept", 100)  # stored: a delete of "kept" must lock it too
+    stopped = backend.compactor(config=config).pm.get_plugin("offload-postgres")
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with a thread running
+        pid = os.fork()
+    if pid == 0:  # the child: a worker that stops once its offload's transaction holds the lock
+        try:
+            execute = psycopg.Connection.execute
+
+            def stop_once_locked(conn, query, *args, **kwargs):
+                cursor = execute(conn, query, *args, **kwargs)
+                if str(query).startswith("INSERT INTO") and "compactor_texts" in str(query):
+                    os.write(write, b"locked")
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                return cursor
+
+            psycopg.Connection.execute = stop_once_locked
+            stopped.offload(tool("call_1", text), "stopped", 100)
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        assert select.select([read], [], [], 20)[0], "the worker never took the lock"
+        locked = time.monotonic()
+        failures = []
+        for work in (
+            lambda: other.offload(tool("call_2", text), "other", 100),
+            lambda: other.on_delete_session("kept"),
+        ):
+            with pytest.raises(StorageError) as failed:
+                work()
+            failures.append(str(failed.value))
+        assert all("statement timeout" in f for f in failures), failures  # both wait for the lock
+        bound = 2 * (timeout + pg_backend.ANSWER_GRACE) + timeout + 2  # the server's limit, a wait, slack
+        while True:
+            try:
+                entry = other.offload(tool("call_2", text), "other", 100)
+                break
+            except StorageError as exc:
+                assert time.monotonic() - locked < bound, f"still locked after {bound:g} s: {exc}"
+        took = time.monotonic() - locked
+        assert entry.handle == "other/call_2" and took < bound, took
+        other.on_delete_session("kept")  # at once: nothing holds the lock any more
+        assert other.read_offloaded("kept/call_0") is None and other.read_offloaded("other/call_2") == text
+        assert other.read_offloaded("stopped/call_1") is None  # the stopped worker's transaction ended, rolled back
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)
 
 
 def test_a_server_that_never_answers_a_login_is_waited_for_once_per_turn(unique_name, tmp_path, request):

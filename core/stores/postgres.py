@@ -8,8 +8,12 @@ when it changed since this process last read it. A save is one ``UPDATE ... WHER
 statement. A record is inserted ``ON CONFLICT (id) DO NOTHING``. An offload is one transaction;
 its text is stored once however many handles name it (``compactor_texts``, keyed by its
 sha256). ``timeout`` bounds connecting, waiting for a pooled connection, and every statement on
-the server (``statement_timeout``). A statement whose connection was lost (a server restart, a
-proxy that drops it) is run again once on a fresh connection; every write is safe to repeat.
+the server (``statement_timeout``). A transaction left idle for 2 x (``timeout`` + 1 s), which no
+running worker's ever is (a worker stopped inside one: SIGSTOP, a debugger, a frozen VM, a network
+lost without a reset), is ended by the server (``idle_in_transaction_session_timeout``), and the
+row locks the other workers wait for go with it. A statement whose connection was lost (a server
+restart, a proxy that drops it) is run again once on a fresh connection; every write is safe to
+repeat.
 
 Schema, in the ``schema`` setting's namespace (created if missing), created on first use and
 versioned in ``compactor_schema``; :data:`MIGRATIONS` step *n* takes version *n* to *n + 1*,
@@ -232,11 +236,24 @@ class PostgresDatabase:
         }
 
     def _configure(self, conn: Any) -> None:
-        """Every new connection's ``statement_timeout``: sent before the server can cancel it, so
-        watched (a server that stops answering would keep the pool's thread waiting forever)."""
-        milliseconds = max(1, round(self.settings.timeout * 1000))
+        """Every new connection's ``statement_timeout`` and ``idle_in_transaction_session_timeout``,
+        in one statement: sent before the server can cancel it, so watched (a server that stops
+        answering would keep the pool's thread waiting forever)."""
+        statement = max(1, round(self.settings.timeout * 1000))
+        # A running worker's transaction never lasts past ``timeout`` + 1 s: the watchdog cuts its
+        # connection then (the whole of a ``work`` is watched), so no gap between two of its
+        # statements comes near twice that. A transaction idle that long is a stopped worker's
+        # (SIGSTOP, a debugger, a frozen VM, a network lost without a reset: no watchdog of its own
+        # runs, the server hears nothing), and its row locks would fail every other worker
+        # touching those rows, each waiting ``statement_timeout``, until it came back: the server
+        # ends its session instead, and the locks go with it. At most PostgreSQL's 32-bit limit.
+        idle = min(round(2 * self._patience * 1000), 2**31 - 1)
         with WATCHDOG.watch(conn, self._patience):
-            conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{milliseconds}ms",))
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, false),"
+                " set_config('idle_in_transaction_session_timeout', %s, false)",
+                (f"{statement}ms", f"{idle}ms"),
+            )
 
     def _migrate(self, conn: Any) -> None:
         import psycopg
