@@ -9,9 +9,11 @@ timeout. Each turn completes with its state saved, or fails open; the password n
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
+from typing import Any, Callable
 
 import pytest
 
@@ -340,67 +342,21 @@ def test_a_result_offloaded_while_its_session_is_deleted_is_never_left_behind_un
     assert deleting.read_offloaded(written[0].handle) is None
 
 
-def test_a_delete_of_a_session_whose_results_keep_changing_gives_up_after_a_few_attempts(backend, redis_server, proxy):
-    # A delete reads the session's handles under WATCH and starts over when another client
-    # changes the set before it deletes them: under steady writes it would start over for ever.
-    backend.block["url"] = redis_server.url_via(proxy.port)
-    worker = backend.compactor()
-    deleting = worker.pm.get_plugin("offload-redis")
-    first = deleting.offload(tool("call_0", "first " * 1000), "s", 100)
-    writing = Backend("redis", {**backend.block, "url": redis_server.url}, backend.tmp_path, redis_server)
-    writer = writing.compactor().pm.get_plugin("offload-redis")  # another worker, straight to the server
-    stop, wrote = threading.Event(), []
+def delete_while(worker: Any, proxy: Any, write: Callable[[], Any]) -> tuple[bool, float, list[str] | None, list[Any]]:
+    """Delete session ``s`` through ``worker`` while another thread keeps calling ``write``, the
+    worker's answers 20 ms late (through ``proxy``) so that the writes land between its commands:
+    whether the delete returned within 5 s, how long it took, what it returned (None: it did not),
+    and what the writes returned."""
+    stop, written = threading.Event(), []
 
-    def keep_offloading() -> None:
+    def keep_writing() -> None:
         while not stop.is_set():
-            wrote.append(writer.offload(tool(f"call_{len(wrote) + 1}", "more " * 1000), "s", 100))
+            written.append(write())
 
-    proxy.delay = 0.02  # the deleting worker's answers come 20 ms late: writes land between its read and write
-    changing = threading.Thread(target=keep_offloading)
+    proxy.delay = 0.02
+    changing = threading.Thread(target=keep_writing)
     changing.start()
-    while not wrote:  # the writes are going on
-        time.sleep(0.001)
-    errors: list[list[str]] = []
-    deleter = threading.Thread(target=lambda: errors.append(worker.delete_session("s")))
-    started = time.monotonic()
-    deleter.start()
-    try:
-        deleter.join(5)
-        took = time.monotonic() - started
-        gave_up = not deleter.is_alive()
-    finally:
-        stop.set()
-        changing.join()
-        deleter.join()
-        proxy.delay = 0
-        writing.close()
-    assert gave_up, f"the delete still started over after {took:.1f} s of writes ({len(wrote)} of them)"
-    assert len(errors[0]) == 1 and "'s'" in errors[0][0] and "kept changing" in errors[0][0], errors
-    assert redis_server.password not in errors[0][0]
-    assert deleting.read_offloaded(first.handle) is not None  # a delete that gave up deleted nothing
-    assert worker.delete_session("s") == []  # once the writes stop, the next delete goes through
-    assert all(deleting.read_offloaded(e.handle) is None for e in [first, *wrote])
-
-
-@pytest.mark.parametrize("kind", ["state", "records"])
-def test_a_delete_of_a_state_or_records_that_keep_changing_goes_through(backend, redis_server, proxy, kind):
-    # Nothing is read before a session's state or records are deleted: the delete is one MULTI/EXEC,
-    # without a WATCH that another client's write (here a TTL renewed, as every turn's load renews
-    # the state's) would make start over, for ever while the writes go on.
-    history = warn_history()
-    backend.block["url"] = redis_server.url_via(proxy.port)
-    worker = backend.compactor(context_window=window_for(history, 0.65))
-    worker.compact_with_record(history, "s")
-    changer, stop, renewed = redis_server.client(), threading.Event(), []
-
-    def keep_renewing() -> None:
-        while not stop.is_set():
-            renewed.append(changer.pexpire(f"{backend.block['prefix']}{kind}:s", 60_000))
-
-    proxy.delay = 0.02  # the deleting worker's answers come 20 ms late: writes land between its commands
-    changing = threading.Thread(target=keep_renewing)
-    changing.start()
-    while not any(renewed):  # the writes are going on
+    while not any(written):  # the writes are going on
         time.sleep(0.001)
     errors: list[list[str]] = []
     deleter = threading.Thread(target=lambda: errors.append(worker.delete_session("s")))
@@ -415,9 +371,47 @@ def test_a_delete_of_a_state_or_records_that_keep_changing_goes_through(backend,
         changing.join()
         deleter.join()
         proxy.delay = 0
-        changer.close()
+    return done, took, errors[0] if done else None, written
+
+
+def test_a_delete_of_a_session_whose_results_keep_changing_gives_up_after_a_few_attempts(backend, redis_server, proxy):
+    # A delete reads the session's handles under WATCH and starts over when another client
+    # changes the set before it deletes them: under steady writes it would start over for ever.
+    backend.block["url"] = redis_server.url_via(proxy.port)
+    worker = backend.compactor()
+    deleting = worker.pm.get_plugin("offload-redis")
+    first = deleting.offload(tool("call_0", "first " * 1000), "s", 100)
+    writing = Backend("redis", {**backend.block, "url": redis_server.url}, backend.tmp_path, redis_server)
+    writer = writing.compactor().pm.get_plugin("offload-redis")  # another worker, straight to the server
+    numbers = itertools.count(1)
+    done, took, errors, wrote = delete_while(
+        worker, proxy, lambda: writer.offload(tool(f"call_{next(numbers)}", "more " * 1000), "s", 100)
+    )
+    writing.close()
+    assert done, f"the delete still started over after {took:.1f} s of writes ({len(wrote)} of them)"
+    assert errors is not None and len(errors) == 1 and "'s'" in errors[0] and "kept changing" in errors[0], errors
+    assert redis_server.password not in errors[0]
+    assert deleting.read_offloaded(first.handle) is not None  # a delete that gave up deleted nothing
+    assert worker.delete_session("s") == []  # once the writes stop, the next delete goes through
+    assert all(deleting.read_offloaded(e.handle) is None for e in [first, *wrote])
+
+
+@pytest.mark.parametrize("kind", ["state", "records"])
+def test_a_delete_of_a_state_or_records_that_keep_changing_goes_through(backend, redis_server, proxy, kind):
+    # Nothing is read before a session's state or records are deleted: the delete is one MULTI/EXEC,
+    # without a WATCH that another client's write (here a TTL renewed, as every turn's load renews
+    # the state's) would make start over, for ever while the writes go on.
+    history = warn_history()
+    backend.block["url"] = redis_server.url_via(proxy.port)
+    worker = backend.compactor(context_window=window_for(history, 0.65))
+    worker.compact_with_record(history, "s")
+    changer = redis_server.client()
+    done, took, errors, renewed = delete_while(
+        worker, proxy, lambda: changer.pexpire(f"{backend.block['prefix']}{kind}:s", 60_000)
+    )
+    changer.close()
     assert done, f"the delete still started over after {took:.1f} s ({renewed.count(True)} renewals)"
-    assert errors == [[]]
+    assert errors == []
     assert worker.records("s") is None and worker.state("s") == SessionState()
 
 
