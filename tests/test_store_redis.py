@@ -315,33 +315,6 @@ def test_the_bundled_fleet_config_runs(redis_server, tmp_path, monkeypatch):
     compactor.close()
 
 
-def test_a_result_offloaded_while_its_session_is_deleted_is_never_left_behind_unlisted(backend, monkeypatch):
-    import redis
-
-    deleting = backend.compactor().pm.get_plugin("offload-redis")
-    writing = backend.compactor().pm.get_plugin("offload-redis")  # another worker, its own connections
-    first = deleting.offload(tool("call_0", "first " * 1000), "s", 100)
-    smembers = redis.Redis.smembers
-    written = []
-
-    def then_another_worker_offloads(self, name):
-        found = smembers(self, name)
-        if not written:  # between the read of the session's handles and their deletion
-            written.append(writing.offload(tool("call_1", "second " * 1000), "s", 100))
-        return found
-
-    monkeypatch.setattr(redis.Redis, "smembers", then_another_worker_offloads)
-    deleting.on_delete_session("s")
-    monkeypatch.undo()
-    assert written and deleting.read_offloaded(first.handle) is None
-    # the other worker's result is either gone with the session or still listed (a later delete finds it)
-    listed = {info.session_id for info in deleting.list_sessions()}
-    if deleting.read_offloaded(written[0].handle) is not None:
-        assert "s" in listed
-    deleting.on_delete_session("s")
-    assert deleting.read_offloaded(written[0].handle) is None
-
-
 def delete_while(worker: Any, proxy: Any, write: Callable[[], Any]) -> tuple[bool, float, list[str] | None, list[Any]]:
     """Delete session ``s`` through ``worker`` while another thread keeps calling ``write``, the
     worker's answers 20 ms late (through ``proxy``) so that the writes land between its commands:
@@ -374,9 +347,10 @@ def delete_while(worker: Any, proxy: Any, write: Callable[[], Any]) -> tuple[boo
     return done, took, errors[0] if done else None, written
 
 
-def test_a_delete_of_a_session_whose_results_keep_changing_gives_up_after_a_few_attempts(backend, redis_server, proxy):
-    # A delete reads the session's handles under WATCH and starts over when another client
-    # changes the set before it deletes them: under steady writes it would start over for ever.
+def test_a_delete_of_a_session_whose_results_keep_changing_goes_through(backend, redis_server, proxy):
+    # The handles are read and deleted by one script: another worker offloading into the session
+    # all the while never makes the delete start over (a WATCH of the set did, for as long as the
+    # writes went on). A result added after the delete is listed, so the next delete finds it.
     backend.block["url"] = redis_server.url_via(proxy.port)
     worker = backend.compactor()
     deleting = worker.pm.get_plugin("offload-redis")
@@ -389,11 +363,12 @@ def test_a_delete_of_a_session_whose_results_keep_changing_gives_up_after_a_few_
     )
     writing.close()
     assert done, f"the delete still started over after {took:.1f} s of writes ({len(wrote)} of them)"
-    assert errors is not None and len(errors) == 1 and "'s'" in errors[0] and "kept changing" in errors[0], errors
-    assert redis_server.password not in errors[0]
-    assert deleting.read_offloaded(first.handle) is not None  # a delete that gave up deleted nothing
-    assert worker.delete_session("s") == []  # once the writes stop, the next delete goes through
-    assert all(deleting.read_offloaded(e.handle) is None for e in [first, *wrote])
+    assert errors == [] and deleting.read_offloaded(first.handle) is None
+    kept = [e for e in wrote if deleting.read_offloaded(e.handle) is not None]
+    assert len(kept) < len(wrote)  # those written before the delete went with it
+    assert not kept or "s" in {info.session_id for info in deleting.list_sessions()}
+    assert worker.delete_session("s") == []
+    assert all(deleting.read_offloaded(e.handle) is None for e in wrote)
 
 
 @pytest.mark.parametrize("kind", ["state", "records"])

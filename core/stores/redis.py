@@ -18,11 +18,10 @@ ttl`` after its last turn. The load renews the offloads under its own prefix, wi
 ``ttl``: ``offload-redis`` on the same database and ``prefix`` as ``state-redis``, which has a
 ``ttl`` too (as the bundled ``fleet-redis`` has it).
 
-A session's offloaded results are deleted in one ``MULTI``/``EXEC`` after their handles are read
-under ``WATCH`` of its ``offloads:`` set (a handle another worker adds meanwhile is deleted too):
-a write to the set in between starts the delete over, and after :data:`DELETE_ATTEMPTS` attempts
-(other workers offloading into the session all the while) it fails, having deleted nothing. Its
-state and records are deleted in one ``MULTI``/``EXEC`` that nothing makes start over.
+A session's offloaded results are deleted by one script, with the handles its ``offloads:`` set
+names at that moment (one another worker adds meanwhile is either deleted too or added after);
+its state and records in one ``MULTI``/``EXEC``. Nothing another worker writes meanwhile makes a
+delete start over.
 
 Keys, under ``prefix`` (default ``compactor:``; session ids and handles as they are)::
 
@@ -76,10 +75,6 @@ SCHEMA_VERSION = 1
 _UNREACHABLE = Pauses("unreachable")
 """Servers (by connection string) that could not be reached lately."""
 KEYS = {"state": "state:", "records": "records:", "offloads": "offloads:"}
-DELETE_ATTEMPTS = 5
-"""Times a delete of a session's offloaded results reads its handles and deletes them, each time
-started over because another worker changed the session's set of handles in between (``WATCH``),
-before it gives up: redis-py's ``transaction()`` would start over for as long as the writes go on."""
 URL_SHAPE = "redis://[[user]:password@]host:6379/0, rediss://... for TLS, or unix:///path/to/redis.sock"
 
 
@@ -235,6 +230,16 @@ return 0
 )
 
 
+DELETE_OFFLOADS = """
+local handles = redis.call('SMEMBERS', KEYS[1])
+for _, handle in ipairs(handles) do redis.call('DEL', ARGV[1] .. handle) end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return #handles
+"""
+"""Lua: a session's offloaded results, the set that names them, and its entry in the index."""
+
+
 @attrs.frozen
 class RedisSettings:
     """The server, the key prefix, how long a session's keys live, and the time an operation may take."""
@@ -317,6 +322,7 @@ class RedisDatabase:
                     ("save_state", SAVE_STATE),
                     ("add_record", ADD_RECORD),
                     ("offload", OFFLOAD),
+                    ("delete_offloads", DELETE_OFFLOADS),
                 )
             }
             self._check_schema(client)
@@ -467,32 +473,11 @@ class RedisDatabase:
         return self._run(listed)
 
     def delete(self, kind: str, session_id: str) -> None:
-        import redis
-
         sid = session_id.encode("utf-8", "surrogatepass")
         listed = self._key(KEYS[kind], session_id)
         index = self._key("sessions:", kind)
-        if kind != "offloads":  # nothing to read first: one MULTI/EXEC, which no other write can spoil
-            keys = [listed, self._key("record-ids:", session_id)] if kind == "records" else [listed]
-            self._run(lambda client: client.pipeline(transaction=True).delete(*keys).zrem(index, sid).execute())
+        if kind == "offloads":  # the handles read and deleted at once: none another worker adds is missed
+            self._script("delete_offloads", [listed, index], [self._key("offload:"), sid])
             return
-
-        def delete(client: Any) -> None:
-            with client.pipeline(transaction=True) as pipe:
-                for _ in range(DELETE_ATTEMPTS):
-                    try:
-                        pipe.watch(listed)  # a handle another worker adds meanwhile is deleted too
-                        keys = [listed, *(self.prefix + b"offload:" + h for h in pipe.smembers(listed))]
-                        pipe.multi()
-                        pipe.delete(*keys)
-                        pipe.zrem(index, sid)
-                        pipe.execute()
-                        return
-                    except redis.WatchError:
-                        continue
-            raise redis.WatchError(
-                f"the offloaded results of session {session_id!r} kept changing (other workers writing them):"
-                f" gave up after {DELETE_ATTEMPTS} attempts"
-            )
-
-        self._run(delete)
+        keys = [listed, self._key("record-ids:", session_id)] if kind == "records" else [listed]
+        self._run(lambda client: client.pipeline(transaction=True).delete(*keys).zrem(index, sid).execute())
