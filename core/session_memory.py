@@ -105,7 +105,6 @@ class SessionMemory:
         self._locks = {}
         self._alocks = weakref.WeakKeyDictionary()
         self._steps = None  # the parent's threads do not run here: the next async turn starts others
-        self.usage.forked()
         for session_id in served:
             self.forget(session_id)
 

@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from .forks import renew_lock_after_fork
 from .models import Message
 from .plugin_manager import Hooks
 
@@ -146,13 +147,10 @@ class UsageAnchors:
     def __init__(self, context_window: int, redact: Callable[[str], str] = str) -> None:
         self._sessions: dict[str, UsageAnchor] = {}
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
         self.context_window = context_window
         self.redact = redact
         """Masks what a warning quotes from outside (a session id), as the records are masked."""
-
-    def forked(self) -> None:
-        """In a forked child: a lock of its own (one a parent's thread held at the fork stays held)."""
-        self._lock = threading.Lock()
 
     def correction(self, session_id: str) -> Correction:
         anchor = self._sessions.get(session_id)

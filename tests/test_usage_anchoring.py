@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from progressive_compactor.models import Message
 from progressive_compactor.plugin_manager import Hooks
 from progressive_compactor.testing import build_history, estimate, filler, problems, tool_call, tool_turn
 from progressive_compactor.usage import MAX_RATIO, MIN_RATIO, ONE_REPORT_SCALE, CorrectedHooks, corrected, fitted
+from timeouts import forked_while_held
 
 THRESHOLDS = (
     (0.95, CompactionTier.EMERGENCY),
@@ -485,3 +487,20 @@ def test_a_wild_count_does_not_truncate_every_view(make_compactor):
 def compactor_view_count(compactor, history) -> int:
     """The provider's count (the estimate) of the view the compactor returns for ``history``."""
     return estimate(compactor.compact(history, "s"))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_worker_forked_while_a_thread_holds_the_usage_lock_compacts_and_reports_usage():
+    # The usage anchors' lock is held for an instant by every turn and every usage report: a child
+    # forked at that instant makes it anew, or its first turn would wait for it forever.
+    history = build_history([2000] * 6)
+    compactor = ProgressiveCompactor(context_window=1_000_000)
+    compactor.compact(history, "s")
+
+    def child_turn() -> list[int]:
+        view = compactor.compact(history, "s")
+        compactor.observe_usage("s", input_tokens=5000)
+        return [len(view), len(compactor.compact(history, "s"))]
+
+    assert forked_while_held(compactor._usage._lock, child_turn) == [len(history), len(history)]
+    compactor.close()
