@@ -678,6 +678,35 @@ class StoreContract:
             if backend.password:
                 assert backend.password not in result.output + (result.stderr or "")
 
+    def test_ab_report_compares_the_variants_through_the_stores(self, backend):
+        # Live traffic of two variants, every turn recorded in the store; `ab report --config` reads
+        # it there and compares as it does the same records exported to JSONL files.
+        path = backend.config_file()
+        sessions = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2", "b3"]}
+        for variant, ids in sessions.items():
+            compactor = backend.compactor(variant=variant, context_window=8000)
+            for i, sid in enumerate(ids):
+                history = build_history([2500 + 300 * i] * 8, id_prefix=f"{sid}_")
+                for end in range(3, len(history) + 1, 2):
+                    compactor.compact_with_record(history[:end], sid)
+        run = runner()
+        through = run.invoke(cli, ["ab", "report", "--config", str(path), "--json"])
+        assert through.exit_code == 0, through.output
+        exported = backend.tmp_path / "exported"
+        exported.mkdir()
+        for sid in [*sessions["a"], *sessions["b"]]:
+            listed = run.invoke(cli, ["records", sid, "--config", str(path), "--json"])
+            (exported / f"{sid}.jsonl").write_text(listed.stdout, "utf-8")
+        from_files = run.invoke(cli, ["ab", "report", str(exported), "--json"])
+        assert from_files.exit_code == 0, from_files.output
+        data, expected = json.loads(through.stdout), json.loads(from_files.stdout)
+        assert data["sessions"] == {"a": 3, "b": 3} and data["paired"] is False
+        assert data["records"] == expected["records"] > 6 and data["per_session"] == expected["per_session"]
+        assert data["cost_covers_every_turn"] is True
+        assert data["metrics"]["compactions"] == expected["metrics"]["compactions"]
+        if backend.password:
+            assert backend.password not in through.output + (through.stderr or "")
+
     def test_gc_deletes_the_sessions_older_than_an_age(self, backend):
         history = warn_history()
         path = backend.config_file(context_window=window_for(history, 0.65))

@@ -434,3 +434,20 @@ def test_a_records_folder_whose_variant_folder_is_the_corpus_is_refused_and_the_
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: --records-dir {tmp_path / 'runs'}: its folder default is the corpus")
     assert {p.name: p.read_bytes() for p in corpus.iterdir()} == before  # not one session deleted or replaced
+
+
+def test_a_report_reads_a_configs_record_stores_or_a_folder_of_records(tmp_path):
+    experiment = write_live_records(tmp_path, sessions=4)
+    records = tmp_path / "data" / "records"
+    from_folder = run_json("ab", "report", records, "-e", experiment)
+    through = run_json("ab", "report", "--config", "default", "--data-dir", tmp_path / "data", "-e", experiment)
+    assert through["per_session"] == from_folder["per_session"] and through["records"] == from_folder["records"]
+    for args, problem in [
+        ((), "pass either RECORDS_DIR (a folder of JSONL records) or --config (its record stores)"),
+        ((records, "--config", "default"), "pass either RECORDS_DIR"),
+        ((records, "--data-dir", tmp_path), "--data-dir goes with --config"),
+    ]:
+        result = run("ab", "report", *args)
+        assert result.exit_code == 2 and problem in result.output, result.output
+    empty = run("ab", "report", "--config", "default", "--data-dir", tmp_path / "nothing")
+    assert empty.exit_code == 1 and "default: no records to compare in its record stores" in empty.output

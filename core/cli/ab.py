@@ -2,8 +2,8 @@
 
 ``compactor ab replay CORPUS_DIR --experiment FILE`` replays every session under every variant (in
 parallel across processes) and compares each variant with the control, paired by session.
-``compactor ab report RECORDS_DIR`` compares the variants from the CompactionRecords that live
-traffic (or ``ab replay --records-dir``) wrote. Both compute cost the same way from the same
+``compactor ab report RECORDS_DIR`` (or ``--config FILE``, through its record stores) compares the
+variants from the CompactionRecords that live traffic (or ``ab replay --records-dir``) wrote. Both compute cost the same way from the same
 record fields with the experiment's price table, and print the same tables (retention and invalid
 views need transcripts, so only ``ab replay`` has them). The method is
 :mod:`progressive_compactor.lab.experiment`'s.
@@ -21,6 +21,7 @@ import click
 
 from ..errors import CompactorError
 from ..hookspecs import hookimpl
+from .app import data_dir_option, load_cli_config, storage_compactor
 
 
 def replay_job(
@@ -563,7 +564,15 @@ def replay_command(
 
 
 @ab.command("report", short_help="The same comparison from records written by live traffic.")
-@click.argument("records_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("records_dir", required=False, type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--config",
+    "-c",
+    "config",
+    help="Read every session's records through this config's record stores (a database store"
+    " included) instead of RECORDS_DIR.",
+)
+@data_dir_option
 @click.option("--experiment", "-e", "experiment_ref", help="Experiment YAML: its control and price table.")
 @click.option(
     "--control", help="Variant to compare against (default: the experiment's control, else the first by name)."
@@ -572,14 +581,17 @@ def replay_command(
 @_EFFECT
 @_JSON
 def report_command(
-    records_dir: str,
+    records_dir: str | None,
+    config: str | None,
+    data_dir: str | None,
     experiment_ref: str | None,
     control: str | None,
     alpha: float,
     effect: float,
     as_json: bool,
 ) -> None:
-    """Compare variants from the JSONL records under RECORDS_DIR (searched recursively).
+    """Compare variants from the JSONL records under RECORDS_DIR (searched recursively), or from
+    every session's records in the record stores of --config (PostgreSQL, Redis, SQLite, JSONL).
 
     Cost is computed as 'ab replay' computes it, from the same record fields, with the
     experiment's prices (the defaults without -e; printed). Records are de-duplicated by id. A
@@ -591,6 +603,7 @@ def report_command(
 
     \b
     Example: compactor ab report ab-records -e ab-example   (after: ab replay ... --records-dir ab-records)
+             compactor ab report --config fleet.yaml -e my-experiment.yaml
     """
     from ..converters import read_records_file
     from ..lab.experiment import compare, comparison_to_dict, group_records, metrics_from_records
@@ -601,11 +614,22 @@ def report_command(
         experiment = _load(experiment_ref, None)
         prices, source = experiment.prices, "the experiment's"
         control = control or experiment.control
-    root = Path(records_dir)
-    files = sorted(path for path in root.rglob("*.jsonl") if not path.is_dir())  # a pipe is refused when read
-    grouped = group_records((str(path.parent.relative_to(root)), read_records_file(path)) for path in files)
-    if not grouped.sessions:
-        raise click.ClickException(f"{records_dir}: no records to compare in *.jsonl files")
+    if (records_dir is None) == (config is None):
+        raise click.UsageError("pass either RECORDS_DIR (a folder of JSONL records) or --config (its record stores)")
+    if data_dir and config is None:
+        raise click.UsageError("--data-dir goes with --config (RECORDS_DIR is read as it is)")
+    if config is not None:
+        with storage_compactor(load_cli_config(config, data_dir=data_dir)) as compactor:
+            ids = sorted({info.session_id for info in compactor.sessions()})
+            grouped = group_records((config, compactor.records(sid) or ()) for sid in ids)
+        if not grouped.sessions:
+            raise click.ClickException(f"{config}: no records to compare in its record stores")
+    else:
+        root = Path(str(records_dir))
+        files = sorted(path for path in root.rglob("*.jsonl") if not path.is_dir())  # a pipe is refused when read
+        grouped = group_records((str(path.parent.relative_to(root)), read_records_file(path)) for path in files)
+        if not grouped.sessions:
+            raise click.ClickException(f"{records_dir}: no records to compare in *.jsonl files")
     per_key = metrics_from_records(grouped, prices)
     per_variant: dict[str, dict[str, Any]] = {}
     for (variant, session), metrics in sorted(per_key.items()):
@@ -672,7 +696,7 @@ def report_command(
     if partial:
         notes.append(
             f"note: no tier-None records for {', '.join(partial)}, so cost counts compaction turns only; "
-            "set store-jsonl: {record_none: true} in the base to record every turn."
+            "set record_none: true on the record store (store-jsonl: {record_none: true}) to record every turn."
         )
     sessions = sum(comparison.sessions.values())
     how = "paired by session" if comparison.paired else "unpaired (each session under one variant)"
