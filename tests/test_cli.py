@@ -465,6 +465,37 @@ def test_the_facts_a_replay_kept_and_records_prints_have_secrets_masked(
     assert not leaked(shown.output)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_records_never_follows_a_link_nor_waits_on_a_pipe_planted_for_the_replay_facts(
+    tmp_path: Path, cfg: Path, session: Path
+) -> None:
+    """The facts ``replay --keep`` left beside the records are under the data folder: a link
+    planted there is never followed, a named pipe never waited on (the other files are not)."""
+    from timeouts import no_hang
+
+    keep = tmp_path / "kept"
+    assert run("replay", session, "-c", cfg, "--keep", keep).exit_code == 0
+    facts = keep / "replay" / "sess.facts.jsonl"
+    record = json.loads(facts.read_text("utf-8").splitlines()[0])["record"]
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(json.dumps({"record": record, "lost": {"instructions": ["read from outside"]}}) + "\n")
+    facts.unlink()
+    facts.symlink_to(outside)
+    linked = run("records", "sess", "-c", cfg, "--data-dir", keep, "--full")
+    assert linked.exit_code == 0, linked.output
+    assert "read from outside" not in linked.output
+    facts.unlink()
+    os.mkfifo(facts, 0o600)
+    with no_hang(5.0):
+        piped = run("records", "sess", "-c", cfg, "--data-dir", keep, "--full")
+    assert piped.exit_code == 0, piped.output
+    assert "Summary" in piped.stdout  # the records are shown all the same, without facts
+    records_file = keep / "records" / "sess.jsonl"  # a records file named on the command line: likewise
+    with no_hang(5.0):
+        named = run("records", records_file, "-c", cfg, "--full")
+    assert named.exit_code == 0, named.output
+
+
 def test_replay_json_one_object_per_session(tmp_path: Path, cfg: Path, session: Path) -> None:
     other = write_jsonl(tmp_path / "other.jsonl", synthetic_history(rounds=3))
     result = run("replay", session, other, "-c", cfg, "--json", "--details")

@@ -55,16 +55,21 @@ def facts_path(data_dir: Path, session_id: str) -> Path:
     return data_dir / FACTS_FOLDER / f"{session_name(session_id)}.facts.jsonl"
 
 
-def read_lost_facts(path: Path, redact: Callable[[str], str]) -> dict[str, dict[str, list[str]]]:
-    """Record id -> {category: [facts no longer in the view]}, from a file ``replay --keep`` wrote,
-    each fact passed through ``redact`` (the file may predate a secret, or this version)."""
+def read_lost_facts(path: Path, root: Path, redact: Callable[[str], str]) -> dict[str, dict[str, list[str]]]:
+    """Record id -> {category: [facts no longer in the view]}, from a file ``replay --keep`` wrote
+    under ``root`` (no link under it followed, nothing but a regular file read), each fact passed
+    through ``redact`` (the file may predate a secret, or this version)."""
     import json
+
+    from ..errors import StorageError
+    from ..storage import read_private
 
     out: dict[str, dict[str, list[str]]] = {}
     try:
-        text = path.read_text("utf-8")
-    except OSError:
+        data = read_private(path, root)
+    except (OSError, StorageError):
         return out
+    text = "" if data is None else data.decode("utf-8", "replace")
     for line in text.splitlines():
         try:
             item = json.loads(line)
@@ -133,7 +138,7 @@ def records(
             raise click.ClickException(f"{session_or_file}: not a records file: no line of it is a compaction record")
         where, command = str(path), f"compactor records {shlex.quote(str(path))}"
         folder = path.absolute().parent.parent
-        lost = read_lost_facts(folder / FACTS_FOLDER / f"{path.stem}.facts.jsonl", redact)
+        lost = read_lost_facts(folder / FACTS_FOLDER / f"{path.stem}.facts.jsonl", folder, redact)
         if path.absolute().parent.name == "records" and show_dir is None and (folder / "tool_results").is_dir():
             show_dir = str(folder)
     else:
@@ -151,7 +156,8 @@ def records(
             )
         found, where = stored, f"session {session_or_file}"
         command = shlex.join(["compactor", "records", session_or_file, *_options(config, show_dir)])
-        lost = read_lost_facts(facts_path(resolve_data_dir(cfg.data_dir), session_or_file), redact)
+        data_folder = resolve_data_dir(cfg.data_dir)
+        lost = read_lost_facts(facts_path(data_folder, session_or_file), data_folder, redact)
     if number is not None and number > len(found):
         raise click.ClickException(f"there is no record {number}: {where} has {len(found)}")
     found = redact_data(found, redact)  # records written before a secret was known: masked here
