@@ -270,12 +270,12 @@ def redact_data(value: Any, redact: Callable[[str], str]) -> Any:
 
 
 def _strings(value: Any, out: list[str]) -> None:
-    if type(value) is str:
+    if isinstance(value, str):  # a subclass too: an application's message may hold one
         out.append(value)
     elif isinstance(value, Mapping):
         for v in value.values():
             _strings(v, out)
-    elif type(value) in (list, tuple):
+    elif isinstance(value, (list, tuple)):
         for v in value:
             _strings(v, out)
     elif attrs.has(type(value)):
@@ -285,12 +285,12 @@ def _strings(value: Any, out: list[str]) -> None:
 
 
 def _redact_each(value: Any, redact: Callable[[str], str]) -> Any:
-    if type(value) is str:
+    if isinstance(value, str):
         return redact(value)
     if isinstance(value, Mapping):
         return {k: _redact_each(v, redact) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_redact_each(v, redact) for v in value)
+    if isinstance(value, (list, tuple)):  # a subclass (a named tuple) comes back as a plain one
+        return (list if isinstance(value, list) else tuple)(_redact_each(v, redact) for v in value)
     if attrs.has(type(value)):
         fields = attrs.fields(type(value))
         return attrs.evolve(value, **{f.alias: _redact_each(getattr(value, f.name), redact) for f in fields if f.init})

@@ -325,6 +325,32 @@ def test_requests_never_send_a_registered_secret(fake, tmp_path, monkeypatch, pr
         assert secret not in body and secret[:10] not in body and secret[-10:] not in body
 
 
+class Text(str):
+    """A string of a type of its own, as an application's message objects may hold (a template
+    engine's safe string, ``numpy.str_``): a string all the same, the compactor takes it."""
+
+
+@pytest.mark.parametrize("requests", ["lean", "cache-friendly"])
+def test_a_secret_in_text_of_a_string_subclass_is_masked_in_requests(fake, tmp_path, monkeypatch, requests):
+    secret = "Pg-Pr0d-Passw0rd-88-subclassed"
+    monkeypatch.setenv("APP_DSN", f"postgresql://app:{secret}@db.internal:5432/app")
+    settings = compactor_settings(fake.base_url, "openai", tmp_path, model="m")
+    settings["config"]["state-postgres"] = {"dsn_env": "APP_DSN"}
+    compactor = ProgressiveCompactor("classic", summary_requests=requests, **settings)
+    history = synthetic_history("SESSION-MARKER-sub", FULL_ROUNDS)
+    history[1]["content"] = Text(f"{history[1]['content']} The database password is {secret}.")
+    history[2]["content"] = [{"type": "text", "text": Text(f"Connecting with {secret}.")}]
+    history[2]["tool_calls"][0]["function"]["arguments"] = Text(json.dumps({"command": f"psql --password {secret}"}))
+    history[3]["content"] = Text(f"connected with {secret}\n" + history[3]["content"])
+    _, record = compactor.compact_with_record(history, "s")
+    compactor.close()
+
+    assert record.errors == () and record.summarizer_calls == 1
+    (body,) = [r.raw.decode("utf-8") for r in fake.requests]
+    assert "[REDACTED]" in body
+    assert secret not in body and secret[:10] not in body and secret[-10:] not in body
+
+
 # --- faults -----------------------------------------------------------------------------------
 
 FAULTS = [
