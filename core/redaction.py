@@ -183,10 +183,13 @@ _SETTING_VALUE = (
 _CASED = tuple(
     (literal, re.compile(pattern))
     for literal, pattern in (
-        # the key of a PEM private key block (its BEGIN and END lines are kept)
+        # the key of a PEM private key block (its BEGIN and END lines are kept); of a block cut
+        # before its END line (head -5 id_rsa, a tool's output limit), its lines of base64 up to the cut
         (
             "PRIVATE KEY-----",
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?P<secret>[^\"-]*(?:-(?!----)[^\"-]*)*)-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?P<secret>"
+            r"[^\"-]*(?:-(?!----)[^\"-]*)*(?=-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----)"
+            r"|(?:\r?\n|(?:\\r)?\\n)[ \t]*[A-Za-z0-9+/=]{16,}(?:(?:\r?\n|(?:\\r)?\\n)[ \t]*[A-Za-z0-9+/=]+)*)",
         ),
         # the password of a URL: postgresql://user:secret@host/db (not one masked already, user:***@),
         # up to the last "@" before the host, as URL parsers split: a password may hold an "@"

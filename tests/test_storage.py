@@ -516,6 +516,11 @@ FOUND = [
         "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nBG5vbmUAAAAEbm9uZQ==\n-----END OPENSSH PRIVATE KEY-----",
         "b3BlbnNzaC1rZXktdjEAAAAA",
     ),
+    (  # a key block cut before its END line (head -3, a tool's output limit): masked to the cut
+        "$ head -3 ~/.ssh/id_rsa\n-----BEGIN RSA PRIVATE KEY-----\n"
+        "MIIEpAIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\nVTLw7onLRnrq0/IzW7yWR7QkrmBL7jTK",
+        "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTK",
+    ),
 ]
 ORDINARY = [
     "commit 3f786850e387550fdab836ed7e6dc881de23001b\nAuthor: Dev <dev@example.com>\nMerge: 1a2b3c4 5d6e7f8",
@@ -535,6 +540,7 @@ ORDINARY = [
     "-rw-r--r--  1 dev staff  4096 Jan  2 10:11 .env.example\ndrwx------  5 dev staff   160 token_cache",
     "styles = {Token: '#cccccc', Comment: '#75715e'}\nAPI_KEY=your_api_key_here\nPASSWORD=changeme",
     "postgresql://app:***@db:5432/agents password=*** [REDACTED]",
+    "PEM = \"-----BEGIN RSA PRIVATE KEY-----\\n\"\nif line.startswith('-----BEGIN PRIVATE KEY-----'):\n    key = []",
 ]
 
 
