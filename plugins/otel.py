@@ -11,7 +11,7 @@ as it was, a session state that could not be read...), named ``compact_context``
 whatever span is current (the agent framework's model call, for example), timed by the record (it ends at ``record.timestamp`` and
 lasts ``record.duration_ms``). It follows the OpenTelemetry GenAI semantic conventions where they
 apply: ``gen_ai.operation.name`` (``compact_context``, an operation of our own),
-``gen_ai.conversation.id`` (the session id), ``gen_ai.usage.input_tokens`` and
+``gen_ai.conversation.id`` (the session id, a registered secret in it masked), ``gen_ai.usage.input_tokens`` and
 ``gen_ai.usage.output_tokens`` (what the summarizer's provider reported, when a summary was
 made), ``error.type`` and an error status when something went wrong (an emergency truncation alone
 is not an error), described by its ``error.type``. The record's fields are the ``compactor.*``
@@ -61,6 +61,7 @@ from progressive_compactor.plugin import (
     CompactionTier,
     PluginContext,
     PluginError,
+    SecretRegistry,
     SummaryRequest,
     SummaryResult,
     hookimpl,
@@ -142,6 +143,7 @@ class OtelTelemetry:
             ) from exc
         self.config = config or self.Config()
         self.summarizer = context.config.plugins.roles().get("summarizer", "") if context is not None else ""
+        self.secrets = context.secrets if context is not None else SecretRegistry()
         self.tracer = trace.get_tracer(self.config.tracer_name, tracer_provider=tracer_provider)
         meter = metrics.get_meter("progressive_compactor", meter_provider=meter_provider)
         self.saved = meter.create_counter(
@@ -193,7 +195,8 @@ class OtelTelemetry:
     def attributes(self, record: CompactionRecord, causes: list[str]) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "compact_context",
-            "gen_ai.conversation.id": record.session_id,
+            # the caller's id, a secret it holds masked (as the stores write it)
+            "gen_ai.conversation.id": self.secrets.redact_registered(record.session_id),
             "compactor.record_id": record.id,
             "compactor.tier": record.tier.name.lower(),
             "compactor.tokens_before": record.tokens_before,

@@ -191,6 +191,47 @@ def test_a_key_planted_everywhere_reaches_no_file_the_compactor_or_the_cli_write
         assert leaks(path.read_text("utf-8", "replace")) == [], f"the key leaked into {path}"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_key_in_a_session_id_reaches_no_log_line(make_compactor, tmp_path, monkeypatch, caplog):
+    """Session ids are the caller's: a secret one holds is masked in the warnings that name the
+    session, as in its records (an integration that failed open, an experiment whose state store
+    failed)."""
+    import logging
+    import textwrap
+
+    from progressive_compactor.integrations.common import Compaction
+    from progressive_compactor.lab.experiment import ExperimentCompactor
+    from progressive_compactor.storage import session_name
+
+    caplog.set_level(logging.WARNING)
+    monkeypatch.setenv("LEAK_KEY", KEY)
+    sid = f"user {KEY}"
+    compactor = make_compactor(config={"state-postgres": {"dsn_env": "LEAK_KEY"}})
+    outcome = Compaction(compactor).compact([{"role": "nobody", "content": "hi"}], sid)  # refused: fails open
+    assert outcome.failed
+    path = tmp_path / "trial.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            data_dir: {tmp_path}
+            plugins: {{state: state-files}}
+            config:
+              state-postgres: {{dsn_env: LEAK_KEY}}
+            experiment:
+              name: trial
+              variants: {{a: {{weight: 1}}, b: {{weight: 1}}}}
+            """
+        ),
+        "utf-8",
+    )
+    (tmp_path / "state").mkdir()
+    os.mkfifo(tmp_path / "state" / f"{session_name(sid)}.json", 0o600)  # its state cannot be read
+    with ExperimentCompactor(path) as experiment:
+        experiment.compact_with_record([{"role": "user", "content": "hi"}], sid)
+    assert "compaction failed" in caplog.text and "experiment: loading the state" in caplog.text
+    assert leaks(caplog.text) == []
+
+
 @pytest.mark.parametrize("mask", [True, False], ids=["masked", "mask_credentials-false"])
 def test_credentials_nobody_registered_reach_no_file_unless_the_setting_is_off(make_compactor, tmp_path, mask):
     from credentials import CREDENTIALS, DUMP, leaked

@@ -207,6 +207,19 @@ def test_capture_summary_and_the_entry_point(make_compactor):
     assert plugin.attributes(record, [])["compactor.summary"] == record.summary_text
 
 
+def test_a_registered_secret_in_the_session_id_is_masked_in_the_conversation_id(make_compactor):
+    """The session id is the caller's: one that holds a secret has it masked on the span, as in
+    the records the stores write."""
+    key = "Zq9-session-secret-0123456789"
+    compactor = make_compactor(context_window=int(9000 / 0.85), plugins={"extra": ["otel"]})
+    compactor.secrets.add(key)
+    _, record = compactor.compact_with_record(build_history([3000] * 12), f"team-{key}")
+    assert record.tier is CompactionTier.FULL
+    attributes = compactor.pm.get_plugin("otel").attributes(record, [])
+    assert attributes["gen_ai.conversation.id"] == "team-[REDACTED]"
+    assert not [value for value in map(str, attributes.values()) if key[:10] in value or key[-10:] in value]
+
+
 class UnreadableState:
     from progressive_compactor.plugin import hookimpl
 

@@ -153,7 +153,7 @@ class Compaction:
         """The input sent as it was, because ``why`` (the compaction raised, or its view could not
         be converted for the framework): the record that says so is stored and published."""
         cause = self.compactor.secrets.redact(f"{FAILED_OPEN}: {why}")
-        log.warning("session %s: %s", session_id, cause)
+        log.warning("session %s: %s", self.compactor.secrets.redact(session_id), cause)
         record = failure_record(self.compactor, session_id, history, cause)
         try:
             self.compactor.hooks.persist_record(record)

@@ -296,7 +296,7 @@ class ExperimentCompactor(ProgressiveCompactor):
             try:
                 state = self.hooks.load_state(sid)
             except Exception as exc:  # noqa: BLE001 - fail-open
-                log.warning("experiment: loading the state of %s failed (%s); variant by hash", sid, exc)
+                log.warning("experiment: loading the state of %s failed (%s); variant by hash", *self._masked(sid, exc))
                 return self.experiment.assign(sid), False
             if state is not None and state.variant is not None:
                 return state.variant, True
@@ -309,11 +309,17 @@ class ExperimentCompactor(ProgressiveCompactor):
             try:
                 saved = self.hooks.save_state(sid, new)
             except Exception as exc:  # noqa: BLE001 - fail-open
-                log.warning("experiment: saving the variant of %s failed (%s); variant by hash", sid, exc)
+                log.warning(
+                    "experiment: saving the variant of %s failed (%s); variant by hash", *self._masked(sid, exc)
+                )
                 return name, False
             if saved is not False:
                 return name, True
         raise StateConflictError(f"the variant of session {sid!r} could not be saved: its state kept changing", sid)
+
+    def _masked(self, sid: str, exc: Exception) -> tuple[str, str]:
+        """The session id and a store's error as a warning may name them: secrets masked."""
+        return self.secrets.redact(sid), self.secrets.redact(str(exc))
 
     def compactor_for(self, session_id: str | None = None) -> ProgressiveCompactor:
         """The compactor of the session's variant (a stored variant the experiment no longer has
