@@ -11,8 +11,8 @@ as it was, a session state that could not be read...), named ``compact_context``
 whatever span is current (the agent framework's model call, for example), timed by the record (it ends at ``record.timestamp`` and
 lasts ``record.duration_ms``). It follows the OpenTelemetry GenAI semantic conventions where they
 apply: ``gen_ai.operation.name`` (``compact_context``, an operation of our own),
-``gen_ai.conversation.id`` (the session id, a registered secret in it masked), ``gen_ai.usage.input_tokens`` and
-``gen_ai.usage.output_tokens`` (what the summarizer's provider reported, when a summary was
+``gen_ai.conversation.id`` (the session id, a registered secret in it masked),
+``gen_ai.usage.input_tokens`` and ``gen_ai.usage.output_tokens`` (what the summarizer's provider reported, when a summary was
 made), ``error.type`` and an error status when something went wrong (an emergency truncation alone
 is not an error), described by its ``error.type``. The record's fields are the ``compactor.*``
 attributes: ``compactor.tier``, ``compactor.requested_tier``, ``compactor.tokens_before``,
