@@ -67,6 +67,24 @@ def test_a_symbolic_link_in_place_of_the_file_is_refused(tmp_path):
     assert elsewhere.read_bytes() == b""
 
 
+def test_a_symbolic_link_planted_as_a_folder_on_the_way_to_the_file_is_refused(tmp_path):
+    """As the other plugins' folders: a folder under the data folder, on the way to the database
+    file, is never followed if it is a link."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "db").symlink_to(elsewhere)
+    history = warn_history()
+    backend = Backend("sqlite", {"path": "{data_dir}/db/compactor.sqlite3"}, data)
+    compactor = backend.compactor(context_window=window_for(history, 0.85))
+    view, record = compactor.compact_with_record(history, "s")
+    compactor.close()
+    assert problems(view) == [] and record.tier is CompactionTier.FULL
+    assert any("loading session state failed" in e and "symbolic link" in e for e in record.errors)
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_an_existing_database_readable_by_others_is_made_owner_only(backend):
     """SQLite gives the ``-wal`` and ``-shm`` files it makes the database file's mode: a file made
     before (by ``touch``, a copy) readable by others would have every new write readable too."""

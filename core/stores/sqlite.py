@@ -8,7 +8,7 @@ process killed in the middle of one leaves the database as it was before it. The
 ``-wal``/``-shm`` companions are owner-only: SQLite gives the companions the file's mode, so a file
 made before (by ``touch``, a copy) that others may read is made owner-only when this user owns it,
 as a file the other stores rewrite is, and a warning is logged when another user does. A symbolic
-link in its place is refused. A full disk (or a file-size limit) makes a write fail with
+link in its place is refused, and so is one planted as a folder between the data folder and it. A full disk (or a file-size limit) makes a write fail with
 ``database or disk is full``; nothing is left half-written, and the plugins fail open.
 
 Schema (version :data:`SCHEMA_VERSION`, in ``PRAGMA user_version``)::
@@ -139,6 +139,10 @@ class SqliteDatabase:
 
     def __init__(self, settings: SqliteSettings, context: PluginContext, plugin: str):
         self.path = Path(context.path(settings.path))
+        top, folder = Path(context.data_dir), self.path.parent
+        self.top = top if folder == top or top in folder.parents else folder
+        """Where no link is followed from on the way to the file's folder: the data folder when the
+        file is in it (the folders the user named are the user's choice)."""
         problem = _not_a_file(self.path)
         if problem:
             raise ConfigError([f"path {settings.path!r}: {problem} @ $.config.{plugin}.path"])
@@ -165,7 +169,7 @@ class SqliteDatabase:
         self._conn = None
         folder = self.path.parent
         try:
-            private_dir(folder, folder)
+            private_dir(folder, self.top)
         except OSError as exc:  # a file where the folder should be, no permission to make it...
             raise StorageError(f"cannot make the folder {folder}: {exc.strerror or exc}", path=str(folder)) from exc
         try:
