@@ -8,8 +8,9 @@ process killed in the middle of one leaves the database as it was before it. The
 ``-wal``/``-shm`` companions are owner-only: SQLite gives the companions the file's mode, so a file
 made before (by ``touch``, a copy) that others may read is made owner-only when this user owns it,
 as a file the other stores rewrite is, and a warning is logged when another user does. A symbolic
-link in its place is refused, and so is one planted as a folder between the data folder and it. A full disk (or a file-size limit) makes a write fail with
-``database or disk is full``; nothing is left half-written, and the plugins fail open.
+link in its place is refused, and so is one planted as a folder between the data folder and it. A
+full disk (or a file-size limit) makes a write fail with ``database or disk is full``; nothing is
+left half-written, and the plugins fail open.
 
 Schema (version :data:`SCHEMA_VERSION`, in ``PRAGMA user_version``)::
 
