@@ -203,12 +203,13 @@ def test_a_key_in_a_session_id_reaches_no_log_line(make_compactor, tmp_path, mon
     from progressive_compactor.lab.experiment import ExperimentCompactor
     from progressive_compactor.storage import session_name
 
-    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.INFO)
     monkeypatch.setenv("LEAK_KEY", KEY)
     sid = f"user {KEY}"
-    compactor = make_compactor(config={"state-postgres": {"dsn_env": "LEAK_KEY"}})
+    compactor = make_compactor(context_window=4000, config={"state-postgres": {"dsn_env": "LEAK_KEY"}})
     outcome = Compaction(compactor).compact([{"role": "nobody", "content": "hi"}], sid)  # refused: fails open
     assert outcome.failed
+    assert Compaction(compactor).compact(build_history([1500] * 8), sid).changed  # its notice is logged
     path = tmp_path / "trial.yaml"
     path.write_text(
         textwrap.dedent(
@@ -229,6 +230,7 @@ def test_a_key_in_a_session_id_reaches_no_log_line(make_compactor, tmp_path, mon
     with ExperimentCompactor(path) as experiment:
         experiment.compact_with_record([{"role": "user", "content": "hi"}], sid)
     assert "compaction failed" in caplog.text and "experiment: loading the state" in caplog.text
+    assert "Context compressed" in caplog.text
     assert leaks(caplog.text) == []
 
 

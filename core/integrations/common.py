@@ -164,7 +164,7 @@ class Compaction:
 
     def _publish(self, record: CompactionRecord) -> None:
         if record.tier is not CompactionTier.NONE:
-            log.info("session %s:\n%s", record.session_id, notice(record))
+            log.info("session %s:\n%s", self.compactor.secrets.redact(record.session_id), notice(record))
         if self.on_record is not None:
             try:
                 self.on_record(record)
