@@ -42,7 +42,7 @@ from progressive_compactor.integrations.langchain import (  # noqa: E402
     from_dict,
     to_dict,
 )
-from progressive_compactor.testing import ListStore, build_history, estimate  # noqa: E402
+from progressive_compactor.testing import ListStore, build_history, estimate, problems  # noqa: E402
 
 pytestmark = pytest.mark.corpus
 
@@ -510,6 +510,28 @@ def test_a_malformed_tool_call_keeps_its_error_result(make_compactor):
     assert compacted[2][0] == "ToolMessage" and compacted[2][2] == "bad1"
     changed = from_dict(dict(to_dict(AIMessage(content="", invalid_tool_calls=[bad])), content="shortened"))
     assert changed.tool_calls == [] and [c["id"] for c in changed.invalid_tool_calls] == ["bad1"]
+
+
+def test_a_tool_call_id_repeated_in_one_reply_reaches_the_model_answered_once_per_call(make_compactor):
+    """A reply that repeats a tool call id (some providers answer ``call_0`` for every call) gets
+    its calls told apart by the compactor (``call_0~2``): the second result reaches the model
+    under the new id too, so each call has its own result, as the provider needs."""
+    calls = [{"name": "bash", "args": {"command": c}, "id": "call_0", "type": "tool_call"} for c in ("ls", "pwd")]
+    history = [
+        HumanMessage("list the files"),
+        AIMessage(content="", tool_calls=calls),
+        ToolMessage(content="a.py", tool_call_id="call_0"),
+        ToolMessage(content="/work", tool_call_id="call_0"),
+        HumanMessage("go on"),
+    ]
+    model = ScriptedModel(requests=[])
+    small_agent(make_compactor(context_window=100_000), model).invoke({"messages": history})
+    view = model.requests[0]
+    assert problems(view) == []
+    assert [(m["tool_call_id"], m["content"]) for m in view if m["role"] == "tool"] == [
+        ("call_0", "a.py"),
+        ("call_0~2", "/work"),
+    ]
 
 
 def _responses_blocks(message: AIMessage) -> list:

@@ -267,6 +267,8 @@ def from_dict(data: dict[str, Any], compaction_role: str = "human") -> BaseMessa
         if isinstance(original, ToolMessage) and isinstance(content, str):
             content = _with_files(original.content, content)
         update: dict[str, Any] = {"content": content}
+        if isinstance(original, ToolMessage):  # a call id its reply repeated is told apart (``call_0~2``)
+            update["tool_call_id"] = data.get("tool_call_id") or original.tool_call_id
         if isinstance(original, AIMessage):
             update["tool_calls"], update["invalid_tool_calls"] = _tool_calls(data, original)
             if isinstance(original.content, list):
