@@ -384,6 +384,33 @@ def test_usage_anchors_the_session(make_compactor):
     assert records[-1].tier is not CompactionTier.NONE  # 1.3 × the estimate passes the Warn share
 
 
+def test_a_tool_call_id_repeated_in_one_response_is_answered_once_per_call(make_compactor):
+    """A response that repeats a tool call id (some providers answer ``call_0`` for every call)
+    gets its calls told apart by the compactor (``call_0~2``): the second return follows its call
+    to the new id, so the view is valid and sent compacted (not refused for an unanswered call)."""
+    records = []
+    seen = []
+
+    def model(messages, info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart(FINAL_ANSWER)])
+
+    calls = [ToolCallPart("bash", {"command": c}, tool_call_id="call_0") for c in ("ls", "pwd")]
+    returns = [ToolReturnPart("bash", text, tool_call_id="call_0") for text in ("a.py", "/work")]
+    history = [
+        ModelRequest(parts=[UserPromptPart("list the files")]),
+        ModelResponse(parts=calls),
+        ModelRequest(parts=returns),
+        ModelResponse(parts=[TextPart("Listed.")]),
+    ]
+    processor = history_processor(make_compactor(context_window=100_000), session_id="u", on_record=records.append)
+    agent_with(FunctionModel(model), processor).run_sync("go on", message_history=history)
+    assert [r.errors for r in records] == [()]
+    assert problems(seen[0]) == []
+    answers = [(p.tool_call_id, p.content) for p in seen[0][2].parts]
+    assert answers == [("call_0", "a.py"), ("call_0~2", "/work")]
+
+
 def test_a_finished_conversation_is_forgotten_and_its_next_run_starts_anew(make_compactor):
     compactor = make_compactor(context_window=16_000)
     processor = history_processor(compactor, session_id="u")

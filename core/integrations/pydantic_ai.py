@@ -324,12 +324,13 @@ def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], c
         part = source[0].parts[source[1]]
         if unchanged:
             return part
+        call_id = data.get("tool_call_id") or getattr(part, "tool_call_id", "")  # a repeated id told apart (~2)
         if isinstance(part, ToolReturnPart):  # the files the tool returned (2.x) stay: only the text was offloaded
             files = getattr(part, "files", None) or []
-            return dataclasses.replace(part, content=[text, *files] if files else text)
+            return dataclasses.replace(part, content=[text, *files] if files else text, tool_call_id=call_id)
         if isinstance(part, RetryPromptPart):
             if data.get("role") == "tool":
-                return ToolReturnPart(tool_name=part.tool_name or "", content=text, tool_call_id=part.tool_call_id)
+                return ToolReturnPart(tool_name=part.tool_name or "", content=text, tool_call_id=call_id)
             return UserPromptPart(content=text)
         if isinstance(part, SystemPromptPart) and data.get("role") == "system":
             return dataclasses.replace(part, content=text)
