@@ -38,6 +38,7 @@ from progressive_compactor.integrations.openai_agents import (  # noqa: E402
     read_tool_result_tool,
     to_dicts,
 )
+from progressive_compactor.integrations.openai_agents import problems as item_problems  # noqa: E402
 from progressive_compactor.testing import ListStore, problems  # noqa: E402
 
 pytestmark = pytest.mark.corpus
@@ -416,6 +417,30 @@ def test_a_view_the_sdk_could_not_take_is_sent_uncompacted_with_a_record_that_sa
         "item 3: a call output without its call"
     )
     assert store.records[-1].errors == (cause,) and records[-1].errors == (cause,)
+
+
+def test_a_call_id_repeated_in_one_turn_is_answered_once_per_call(make_compactor):
+    """A turn that repeats a call id (a model behind an OpenAI-compatible endpoint answering
+    ``call_0`` for every call) gets its calls told apart by the compactor (``call_0~2``): the
+    second output follows its call to the new id, so the input is sent compacted, not refused."""
+    records = []
+    calls = [
+        {"type": "function_call", "call_id": "call_0", "name": "bash", "arguments": json.dumps({"command": c})}
+        for c in ("ls", "pwd")
+    ]
+    outputs = [{"type": "function_call_output", "call_id": "call_0", "output": text} for text in ("a.py", "/work")]
+    items = [{"role": "user", "content": "list the files"}, *calls, *outputs, {"role": "user", "content": "go on"}]
+    model = AnsweringModel()
+    agent = Agent(name="a", instructions="be brief", model=model)
+    compaction = call_model_input_filter(make_compactor(context_window=100_000), on_record=records.append)
+    asyncio.run(Runner.run(agent, items, run_config=RunConfig(call_model_input_filter=compaction, tracing_disabled=True)))
+    assert [r.errors for r in records] == [()]
+    sent = model.inputs[0]
+    assert item_problems(sent) == []
+    assert [(x["call_id"], x["output"]) for x in sent if x.get("type") == "function_call_output"] == [
+        ("call_0", "a.py"),
+        ("call_0~2", "/work"),
+    ]
 
 
 def test_a_view_that_cannot_fit_raises_a_clear_error(make_compactor):

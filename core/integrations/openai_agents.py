@@ -247,7 +247,9 @@ def from_dict(data: dict[str, Any], compaction_role: str = "user") -> list[Any]:
         return items
     if role == "tool":
         if sources and as_dict(sources[0]).get("type") == "function_call_output":
-            return [_copy(sources[0], output=_output(as_dict(sources[0]).get("output"), text))]
+            original = as_dict(sources[0])
+            call_id = data.get("tool_call_id") or original.get("call_id")  # a repeated id told apart (~2)
+            return [_copy(sources[0], output=_output(original.get("output"), text), call_id=call_id)]
         return [{"type": "function_call_output", "call_id": data.get("tool_call_id") or "", "output": text}]
     if sources and role in ("user", "system") and as_dict(sources[0]).get("role") in ("user", "system", "developer"):
         return [_copy(sources[0], content=_message_content(as_dict(sources[0]).get("content"), content, text))]
