@@ -433,7 +433,9 @@ def test_a_call_id_repeated_in_one_turn_is_answered_once_per_call(make_compactor
     model = AnsweringModel()
     agent = Agent(name="a", instructions="be brief", model=model)
     compaction = call_model_input_filter(make_compactor(context_window=100_000), on_record=records.append)
-    asyncio.run(Runner.run(agent, items, run_config=RunConfig(call_model_input_filter=compaction, tracing_disabled=True)))
+    asyncio.run(
+        Runner.run(agent, items, run_config=RunConfig(call_model_input_filter=compaction, tracing_disabled=True))
+    )
     assert [r.errors for r in records] == [()]
     sent = model.inputs[0]
     assert item_problems(sent) == []

@@ -324,7 +324,8 @@ def request_part(data: dict[str, Any], unchanged: bool, names: dict[str, str], c
         part = source[0].parts[source[1]]
         if unchanged:
             return part
-        call_id = data.get("tool_call_id") or getattr(part, "tool_call_id", "")  # a repeated id told apart (~2)
+        # the view's call id: a repeated one is told apart there (``call_0~2``)
+        call_id = str(data.get("tool_call_id") or getattr(part, "tool_call_id", None) or "")
         if isinstance(part, ToolReturnPart):  # the files the tool returned (2.x) stay: only the text was offloaded
             files = getattr(part, "files", None) or []
             return dataclasses.replace(part, content=[text, *files] if files else text, tool_call_id=call_id)
