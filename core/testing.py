@@ -32,7 +32,7 @@ from .compactor import ProgressiveCompactor
 from .config import CompactorConfig, config_to_dict, deep_merge
 from .errors import SummarizerError
 from .hookspecs import hookimpl
-from .messages import char_count, message_from_dict, view_problems
+from .messages import carried_result, char_count, message_from_dict, view_problems
 from .models import CompactionRecord, CompactionTier, Message, SummaryRequest, SummaryResult
 from .redaction import SecretRegistry
 from .validation import config_from_dict, load_config
@@ -252,14 +252,17 @@ def fallback_bound(view: Sequence[Mapping[str, Any]], compactor: ProgressiveComp
     def compaction(index: int) -> bool:
         return index < len(view) and str(view[index].get("content") or "").startswith(COMPACTION_MARKER)
 
+    def apart(index: int) -> bool:
+        return view[index]["role"] == "user" and carried_result(message_from_dict(view[index])) is not None
+
     config = compactor.config
     pinned = 0  # the system message, the user's request pinned before the compaction message, that message
     while pinned < len(view) and (
         view[pinned]["role"] in ("system", "developer") or compaction(pinned) or compaction(pinned + 1)
     ):
         pinned += 1
-    start = len(view)
-    while start > pinned and view[start - 1]["role"] == "tool":
+    start = len(view)  # the newest exchange: a message, the results (and those apart from a call) after it
+    while start > pinned and (view[start - 1]["role"] == "tool" or apart(start - 1)):
         start -= 1
     start = max(start - 1, pinned)
     budget = int(config.fallback_budget * config.context_window)

@@ -27,6 +27,7 @@ import attrs
 
 from progressive_compactor.plugin import (
     Message,
+    carried_result,
     hookimpl,
     is_split_point,
     replace_content,
@@ -44,10 +45,12 @@ instead."""
 
 
 def groups(messages: Sequence[Message]) -> list[list[Message]]:
-    """Messages cut at split points: each tool message stays with the message before it."""
+    """Messages cut at split points: each tool message stays with the message before it, and so
+    does a result that arrived apart from its call (the repair made it a user message): the
+    message it followed is what the model must answer with it, the user's request say."""
     out: list[list[Message]] = []
     for i, m in enumerate(messages):
-        if out and not is_split_point(messages, i):
+        if out and (not is_split_point(messages, i) or (m.role == "user" and carried_result(m) is not None)):
             out[-1].append(m)
         else:
             out.append([m])

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from progressive_compactor import EMERGENCY_ERROR, CompactionTier, SummarizerError, SummaryResult, hookimpl
-from progressive_compactor.messages import messages_from_dicts, text_of, view_problems
+from progressive_compactor.messages import messages_from_dicts, repair_tool_pairs, text_of, view_problems
 from progressive_compactor.models import Message
 from progressive_compactor.plugins.fallback_token_budget import (
     MARKER,
@@ -207,6 +207,34 @@ def test_groups_keep_results_with_their_call():
         ["assistant", "tool"],
         ["assistant", "tool"],
     ]
+
+
+def test_a_result_that_arrived_apart_from_its_call_stays_in_the_group_before_it():
+    history = [
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "tool", "tool_call_id": "gone", "content": "a result whose call was cut"},
+        {"role": "user", "content": "go on"},
+    ]
+    repaired, _ = repair_tool_pairs(messages_from_dicts(history))
+    assert [[m.role for m in g] for g in groups(repaired)] == [["user", "user"], ["user"]]
+
+
+def test_a_request_a_result_apart_from_its_call_follows_stays_in_a_truncation(make_compactor):
+    """The request followed by a result whose call is not in the history (cut by the caller)
+    are the newest exchange together: the truncation kept the result alone and dropped the
+    request, which no summary covered, so the user's goal left the view."""
+    history = [
+        {"role": "system", "content": filler(2650, "system")},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "tool", "tool_call_id": "orphan0", "content": filler(100, "o0")},
+    ]
+    compactor = make_compactor(context_window=1000)
+    view, record = compactor.compact_with_record(history)
+    assert record.tier is CompactionTier.EMERGENCY
+    assert problems(view) == []
+    assert estimate(view) <= fallback_bound(view, compactor)
+    assert [m["content"] for m in view[1:2]] == ["Fix the bug."]
+    assert view[2]["content"].startswith("[Tool result for call orphan0, which arrived apart from its call]")
 
 
 # --- summarizer failures -----------------------------------------------------------------------

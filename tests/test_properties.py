@@ -457,6 +457,9 @@ def as_text(messages):
 # A system message that fills the truncation's budget once usage reports say the provider counts
 # three times the estimate: the pinned request "Fix the bug." was cut to the longer marker alone.
 @example(**json.loads((DATA / "fuzz_short_request_marker.json").read_text("utf-8")))
+# The request followed by a result whose call the history does not have: the truncation kept the
+# result as the newest exchange and dropped the request, which no summary covered.
+@example(**json.loads((DATA / "fuzz_request_apart_result.json").read_text("utf-8")))
 def test_wide_histories_turn_by_turn(history, window, config, usage, other, edit, use_async, intent):
     """Histories of every kind of message, on both bundled configs, with provider usage reports
     between turns (0.5 to 3 times the estimate, plus tool definitions), a turn rewound or a
