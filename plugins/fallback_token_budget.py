@@ -175,8 +175,9 @@ class TokenBudgetFallback:
         if len(rest) > 1 and 0 < room < sum(counts[i] for i in rest):
             level = _level(sorted(counts[i] for i in rest), room)
             for i in rest:
-                if counts[i] > level:
-                    head[i] = shorten(head[i], level, estimate)
+                keep = max(level, min(counts[i], budget // PINNED_SHARE))  # its eighth, below (the system gives way)
+                if counts[i] > keep:
+                    head[i] = shorten(head[i], keep, estimate)
                     counts[i] = estimate([head[i]])[0]
         # Then the compaction message first, the system message last; but the request and the
         # compaction message (the user's goal, its later changes) keep an eighth of the budget

@@ -408,6 +408,23 @@ def test_a_system_prompt_over_the_budget_leaves_the_user_request_its_share():
     assert MARKER.strip() in text_of(out[0]) and text_of(out[0]).startswith("You are careful.")
 
 
+def test_a_system_prompt_just_under_the_budget_leaves_the_user_request_its_share():
+    """A system prompt that leaves a few tokens of the budget: the request and the compaction
+    message shared those few, and the request was cut to its marker alone before the system
+    message was cut at all. Each keeps an eighth of the budget (the request whole, here); the
+    system message gives way."""
+    budget = 2000
+    system = Message(role="system", content="You are careful. " * 470)  # 1,998 tokens
+    request = Message(role="user", content="Port the parser to Rust. " * 20)  # 125 tokens
+    summary = Message(role="user", content="[Context Compaction]\n## User Intent\n" + "C" * 8000)
+    out = fallback([system, request, summary, Message(role="user", content="hi")], 3, budget)
+    assert total(out) <= budget
+    assert text_of(out[1]) == text_of(request)
+    share = budget // PINNED_SHARE
+    assert ESTIMATE([out[2]])[0] >= share - 50 and text_of(out[2]).startswith("[Context Compaction]")
+    assert MARKER.strip() in text_of(out[0]) and text_of(out[0]).startswith("You are careful.")
+
+
 # --- a window too small for what must stay --------------------------------------------------------
 
 
