@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -26,7 +26,7 @@ from progressive_compactor.models import SessionState
 from progressive_compactor.stores import sqlite as sqlite_backend
 from progressive_compactor.testing import build_history, problems, window_for
 from store_contract import Backend, StoreContract, turns_at_once, warn_history
-from timeouts import forked_answer, forked_while_held
+from timeouts import forked_answer, forked_while_held, no_hang
 
 
 @pytest.fixture
@@ -241,7 +241,7 @@ FULL_DISK = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 from progressive_compactor import ProgressiveCompactor
 from progressive_compactor.testing import build_history, window_for, problems
 data_dir = Path(sys.argv[1])
@@ -423,3 +423,32 @@ def test_a_timeout_sqlite_cannot_wait_is_a_config_error_not_no_wait_at_all(tmp_p
     longest = backend.compactor(config={"store-sqlite": {"timeout": 2_147_483}}).pm.get_plugin("store-sqlite")
     assert longest.db._run(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) == 2_147_483_000
     backend.close()
+
+
+def test_a_database_that_never_switches_to_wal_fails_within_the_timeout(backend):
+    # SQLite answers `PRAGMA journal_mode=WAL` with the mode it kept when it cannot switch (an
+    # in-memory or a special file system's database), without an error: the switch is given up at
+    # the deadline, with the mode it kept named, not tried again for ever. A stand-in connection:
+    # no real file system at hand keeps a file out of WAL without an error.
+    history = warn_history()
+    compactor = backend.compactor(context_window=window_for(history, 0.65))
+    compactor.compact_with_record(history, "s")
+    db = compactor.pm.get_plugin("state-sqlite").db
+    db.timeout = 0.2
+
+    class KeepsItsMode:
+        def __init__(self) -> None:
+            self.switches = 0
+
+        def execute(self, sql: str) -> Any:
+            self.switches += sql == "PRAGMA journal_mode=WAL"
+            return self
+
+        def fetchone(self) -> tuple[str]:
+            return ("delete",)
+
+    conn = KeepsItsMode()
+    started = time.monotonic()
+    with no_hang(3.0), pytest.raises(StorageError, match="WAL mode.*'delete'"):
+        db._wal(conn)
+    assert time.monotonic() - started < 1.5 and 1 <= conn.switches < 100

@@ -210,12 +210,17 @@ class SqliteDatabase:
         import sqlite3
 
         deadline = time.monotonic() + self.timeout
-        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        while (mode := conn.execute("PRAGMA journal_mode").fetchone()[0]) != "wal":
+            if time.monotonic() > deadline:  # SQLite keeps a mode it cannot leave without an error
+                raise StorageError(
+                    f"{self.path}: cannot switch to WAL mode, the journal mode stays {mode!r}", path=str(self.path)
+                )
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             except sqlite3.OperationalError:
                 if time.monotonic() > deadline:
                     raise
+            if mode != "wal":
                 time.sleep(0.01)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
