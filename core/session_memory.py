@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -29,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
-from .forks import renew_lock_after_fork
+from .forks import renew_lock_after_fork, reset_after_fork
 from .session_cache import SessionCache
 from .usage import UsageAnchors
 
@@ -93,7 +92,7 @@ class SessionMemory:
         ] = weakref.WeakKeyDictionary()
         self._steps: ThreadPoolExecutor | None = None
         self._threads = threads
-        _MEMORIES.add(self)
+        reset_after_fork(self, SessionMemory._forked)  # after its caches' and usage anchors' locks
 
     def _forked(self) -> None:
         """In a forked child, where only the thread that forked runs on: the turns the parent's
@@ -177,19 +176,6 @@ class SessionMemory:
             users[0] -= 1
             if not users[0]:
                 del locks[session_id]
-
-
-_MEMORIES: weakref.WeakSet[SessionMemory] = weakref.WeakSet()
-"""Every compactor's memory in the process, made anew in a forked child (:meth:`SessionMemory._forked`)."""
-
-
-def _forked() -> None:
-    for memory in list(_MEMORIES):
-        memory._forked()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 
 class Finished(Generic[R]):

@@ -37,7 +37,7 @@ import attrs
 
 from ..converters import setting_check
 from ..errors import ConfigError, SummarizerError
-from ..forks import renew_lock_after_fork
+from ..forks import INHERITED, reset_after_fork
 from ..hookspecs import hookimpl
 from ..messages import as_sent, message_to_dict
 from ..models import SummaryRequest, SummaryResult
@@ -69,9 +69,6 @@ from .retry import (
 )
 
 MISSING = object()
-INHERITED: list[Any] = []
-"""The sync senders a forked process inherited from its parent: kept referenced, never used and
-never closed (their thread does not run in the child)."""
 
 
 @attrs.frozen
@@ -222,7 +219,6 @@ class SyncSender:
     def __init__(self, asend: Callable[[Any, HttpCall, Send], Coroutine[Any, Any, HttpResponse]]):
         import httpx
 
-        self.pid = os.getpid()
         self._asend = asend
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="progressive-compactor-http", daemon=True)
@@ -240,9 +236,9 @@ class SyncSender:
             raise ReplyTimeout() from None
 
     def close(self) -> None:
-        """End the attempts under way, close the client and the loop, and end the thread (in the
-        process that made it: a forked child's copy of the loop and its connections is left alone)."""
-        if self.pid != os.getpid() or self._loop.is_closed():
+        """End the attempts under way, close the client and the loop, and end the thread (a forked
+        child never closes its parent's: :meth:`HttpSummarizer._forked`)."""
+        if self._loop.is_closed():
             return
         try:
             asyncio.run_coroutine_threadsafe(self._shut(), self._loop).result(5.0)
@@ -290,7 +286,7 @@ class HttpSummarizer:
         """Each event loop's ``AsyncClient``, with the generator that closes it (see
         :meth:`_async_client`)."""
         self._lock = threading.Lock()
-        renew_lock_after_fork(self)
+        reset_after_fork(self, HttpSummarizer._forked)
         if self.config.api_key_env and not os.environ.get(self.config.api_key_env):
             raise ConfigError(
                 [
@@ -501,13 +497,17 @@ class HttpSummarizer:
             raise ReplyTimeout() from None
         return as_response(response)
 
+    def _forked(self) -> None:
+        """In a forked child: a lock of its own, and no sync sender (its thread does not run here;
+        the parent's is kept referenced, never used nor closed)."""
+        self._lock = threading.Lock()
+        if self._sync is not None:
+            INHERITED.append(self._sync)
+            self._sync = None
+
     def _sync_sender(self) -> SyncSender:
-        """The sync API's sender, made on first use (anew in a forked child, where the parent's
-        thread does not run; the parent's is left untouched)."""
+        """The sync API's sender, made on first use (anew in a forked child: :meth:`_forked`)."""
         with self._lock:
-            if self._sync is not None and self._sync.pid != os.getpid():
-                INHERITED.append(self._sync)  # kept referenced: nothing of it is closed in the child
-                self._sync = None
             if self._sync is None:
                 self._sync = SyncSender(self._asend)
             return self._sync

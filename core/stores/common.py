@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, NoReturn
 
 from ..converters import SettingError
 from ..errors import ConfigError, StorageError
-from ..forks import renew_lock_after_fork
+from ..forks import renew_lock_after_fork, reset_after_fork
 from ..redaction import PASSWORD_MASK, SecretRegistry, connection_passwords, mask_passwords
 
 MAX_TIMEOUT = 2_147_483
@@ -49,8 +49,7 @@ class _Watchdog:
         self._lock = threading.Condition()
         self._pid = 0
         self._count = 0
-        if hasattr(os, "register_at_fork"):  # a child never waits for a lock its parent's thread held
-            os.register_at_fork(after_in_child=self._forked)
+        reset_after_fork(self, _Watchdog._forked)  # a child never waits for a lock its parent's thread held
 
     def _forked(self) -> None:
         self._deadlines, self._watched, self._lock, self._pid = [], {}, threading.Condition(), 0
@@ -125,11 +124,6 @@ class Pauses:
         if paused is not None and time.monotonic() < paused[0]:
             message = f"{where}: {self.what}, not tried again for a few seconds ({paused[1]})"
             raise StorageError(message, path=path or where)
-
-
-INHERITED: list[object] = []
-"""Connections and pools a forked process inherited from its parent: kept referenced, never used
-and never closed (closing them from the child could end the parent's sessions)."""
 
 
 def encode(text: str) -> bytes:

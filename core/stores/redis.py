@@ -51,11 +51,10 @@ import attrs
 
 from ..converters import setting_check
 from ..errors import StorageError
-from ..forks import renew_lock_after_fork
+from ..forks import INHERITED, renew_lock_after_fork
 from ..redaction import mask_passwords
 from .common import (
     ANSWER_GRACE,
-    INHERITED,
     TIMEOUT_RULE,
     WATCHDOG,
     Pauses,

@@ -38,10 +38,9 @@ import attrs
 
 from ..converters import setting_check
 from ..errors import ConfigError, StorageError
-from ..forks import renew_lock_after_fork
+from ..forks import INHERITED, renew_lock_after_fork
 from ..storage import private_dir
 from .common import (
-    INHERITED,
     TIMEOUT_RULE,
     Pauses,
     fail,
