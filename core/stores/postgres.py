@@ -239,13 +239,9 @@ class PostgresDatabase:
         in one statement: sent before the server can cancel it, so watched (a server that stops
         answering would keep the pool's thread waiting forever)."""
         statement = max(1, round(self.settings.timeout * 1000))
-        # A running worker's transaction never lasts past ``timeout`` + 1 s: the watchdog cuts its
-        # connection then (the whole of a ``work`` is watched), so no gap between two of its
-        # statements comes near twice that. A transaction idle that long is a stopped worker's
-        # (SIGSTOP, a debugger, a frozen VM, a network lost without a reset: no watchdog of its own
-        # runs, the server hears nothing), and its row locks would fail every other worker
-        # touching those rows, each waiting ``statement_timeout``, until it came back: the server
-        # ends its session instead, and the locks go with it. At most PostgreSQL's 32-bit limit.
+        # A running worker's transaction never lasts past ``timeout`` + 1 s (the watchdog cuts it);
+        # one idle twice that long is a stopped worker's (see the module's docstring): the server
+        # ends it, and its row locks go with it. At most PostgreSQL's 32-bit limit.
         idle = min(round(2 * self._patience * 1000), 2**31 - 1)
         with WATCHDOG.watch(conn, self._patience):
             conn.execute(
